@@ -1,4 +1,4 @@
-/* nerve bench serve, nerve bench prefix and nerve bench spec, --quick (a stories260K-shaped model): each runs a
+/* nerve bench serve, nerve bench prefix, nerve bench rerank and nerve bench spec, --quick (a stories260K-shaped model): each runs a
  * real server as a child process and prints one JSON row per clients value / per case, with the
  * fields of ../shared/design.md "Benchmarks". Speed targets are not checked here (benchmarks
  * measure, tests check): only that the rows are there, well formed and plausible. */
@@ -107,6 +107,28 @@ static void test_bench_prefix_quick(void) {
     for (int i = 0; i < n; i++) cJSON_Delete(rows[i]);
 }
 
+/* bench rerank: a row with the prefix cache and one without, the same prompts in both */
+static void test_bench_rerank_quick(void) {
+    if (!has_data()) return;
+    int rc = t_nerve("bench rerank --quick --json --docs 4 --query-words 20 --doc-words 10");
+    T_CHECK(rc == 0, "exit %d: %s", rc, t_err);
+    cJSON *rows[4];
+    int n = parse_rows(t_out, rows, 4);
+    T_CHECK(n == 2, "%d rows: %s", n, t_out);
+    static const char *cases[2] = {"prefix-cache", "no-prefix-cache"};
+    for (int i = 0; i < n && i < 2; i++) {
+        const cJSON *r = rows[i];
+        T_CHECK(!strcmp(str(r, "bench"), "rerank") && !strcmp(str(r, "case"), cases[i]) && !cJSON_GetObjectItem(r, "ok"), "row %d: %s %s", i,
+                str(r, "case"), str(r, "why"));
+        T_CHECK(num(r, "docs") == 4 && num(r, "docs_per_s") > 0 && num(r, "prompt_tokens_per_request") > 4 * 30 &&
+                    num(r, "prompt_tokens_per_request") == num(rows[0], "prompt_tokens_per_request"),
+                "row %d", i);
+    }
+    if (n >= 1) T_CHECK(num(rows[0], "ratio_vs") > 0 && !strcmp(str(rows[0], "ratio_of"), "no-prefix-cache"), "the ratio");
+    for (int i = 0; i < n; i++) cJSON_Delete(rows[i]);
+    T_CHECK(t_nerve("bench rerank --docs 0") == 2, "a bad --docs accepted");
+}
+
 /* bench spec: the same requests with and without drafts; identical texts, drafts accepted on the
  * greedy story, and most of the predicted answers' tokens taken from their predictions (the trained stories260K repeats itself within 150 tokens on the fp32 engines; an
  * engine that rounds differently, as the int8 ones, tells another story, so the engine is named:
@@ -161,6 +183,7 @@ static void test_bench_spec_draft_quick(void) {
 int main(void) {
     T_RUN(test_bench_serve_quick);
     T_RUN(test_bench_prefix_quick);
+    T_RUN(test_bench_rerank_quick);
     T_RUN(test_bench_spec_quick);
     T_RUN(test_bench_spec_draft_quick);
     return t_done();

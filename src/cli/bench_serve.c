@@ -1102,3 +1102,136 @@ int bench_spec(int argc, char **argv, const bench_opts *o) {
     rm_tree(su.dir);
     return rc;
 }
+
+/* ---- bench rerank ---------------------------------------------------------------------------------- */
+
+/* A rerank body: a query of qw words and docs documents of dw words each, drawn from a small list
+ * by seed (the words' tokens are what the model reads; its judgment does not matter here). */
+static char *rerank_body(int qw, int docs, int dw, uint64_t seed) {
+    static const char *const words[] = {"the", "cat", "dog", "ran", "park", "ball", "little", "girl", "boy", "happy", "sad",
+                                        "tree", "house", "mom", "dad", "play", "sun", "rain", "big", "small", "red", "blue", "friend", "toy"};
+    const uint32_t nw = sizeof words / sizeof *words;
+    uint64_t st = seed * 0x2545F4914F6CDD1Dull + 1;
+    nv_buf b = {0};
+    nv_buf_puts(&b, "{\"query\": \"");
+    for (int i = 0; i < qw; i++) nv_buf_printf(&b, "%s%s", i ? " " : "", words[nv_xorshift_u32(&st) % nw]);
+    nv_buf_puts(&b, "\", \"return_documents\": false, \"documents\": [");
+    for (int d = 0; d < docs; d++) {
+        nv_buf_puts(&b, d ? ", \"" : "\"");
+        for (int i = 0; i < dw; i++) nv_buf_printf(&b, "%s%s", i ? " " : "", words[nv_xorshift_u32(&st) % nw]);
+        nv_buf_puts(&b, "\"");
+    }
+    nv_buf_puts(&b, "]}");
+    if (b.oom) {
+        nv_buf_free(&b);
+        return NULL;
+    }
+    return nv_buf_take(&b);
+}
+
+/* Seconds one /v1/rerank of body took, its prompt tokens in *tokens; negative on failure. */
+static double rerank_once(int port, const char *body, long *tokens) {
+    nv_http_answer a;
+    const double t0 = nv_now();
+    const int ok = nv_loopback_http(port, 3600, "POST", "/v1/rerank", NULL, body, &a) && a.status == 200 && a.body;
+    const double t = nv_now() - t0;
+    const char *u = ok ? strstr(a.body, "\"prompt_tokens\":") : NULL;
+    *tokens = u ? atol(u + 16) : 0;
+    nv_http_answer_free(&a);
+    return u ? t : -1;
+}
+
+/* Reranking: one request of D documents after one query, as a retrieval pipeline sends it, on a
+ * server with the prefix cache (the first pair alone, the others reading the query's blocks from
+ * it) and one without (every pair computed whole), the same bodies alternately; documents/s and
+ * prompt tokens/s of each, and the ratio. */
+int bench_rerank(int argc, char **argv, const bench_opts *o) {
+    const char *CMD = "bench rerank", *model = NULL, *tok = NULL;
+    int docs = o->quick ? 8 : 32, qw = 80, dw = 120, reps = o->quick ? 1 : 3;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v;
+        if (!(v = cli_value(CMD, argc, argv, &i))) return 2;
+        if (!strcmp(a, "--docs")) { if (!cli_int(CMD, a, v, 1, 1000, &docs)) return 2; }
+        else if (!strcmp(a, "--query-words")) { if (!cli_int(CMD, a, v, 1, 2000, &qw)) return 2; }
+        else if (!strcmp(a, "--doc-words")) { if (!cli_int(CMD, a, v, 1, 2000, &dw)) return 2; }
+        else if (!strcmp(a, "--reps")) { if (!cli_int(CMD, a, v, 1, 100, &reps)) return 2; }
+        else if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = v;
+        else if (!strcmp(a, "-z")) tok = v;
+        else return cli_error(CMD, 2, "unknown option '%s' (--docs N, --query-words N, --doc-words N, --reps R, -m MODEL, -z TOK)", a);
+    }
+    const int threads = o->threads ? o->threads : nv_cpu_probe()->cores;
+    int seq_len = 1024;
+    while (seq_len < 4 * (qw + dw) + 64) seq_len *= 2;
+    char why[1024] = "", tmpl[700], log[700], th[16];
+    setup su;
+    child srv[2] = {{0}, {0}};
+    char *bodies[101] = {0};
+    double t[2] = {0, 0};
+    long tokens[2] = {0, 0};
+    int rc = 0;
+    if (!bench_setup(&su, o, model, tok, seq_len, why, sizeof why)) goto fail;
+    /* a short prompt of the query and the document; "the" and "a", one token in every vocabulary here */
+    snprintf(tmpl, sizeof tmpl, "%s/rerank.txt", su.dir);
+    FILE *f = fopen(tmpl, "w");
+    if (!f || fputs("{query}\n{document}\nRelevant:", f) < 0 || fclose(f) != 0) {
+        snprintf(why, sizeof why, "cannot write %s", tmpl);
+        goto fail;
+    }
+    for (int k = 0; k < 2; k++) {
+        char *args[32];
+        int na = 0;
+        add_arg(args, &na, "--rerank-template");
+        add_arg(args, &na, tmpl);
+        add_arg(args, &na, "--rerank-tokens");
+        add_arg(args, &na, "the,a");
+        add_arg(args, &na, "--kv-disk-cache");
+        add_arg(args, &na, "0");
+        if (k) add_arg(args, &na, "--no-prefix-cache");
+        common_args(args, &na, o, th);
+        snprintf(log, sizeof log, "%s/serve%d.log", su.dir, k);
+        if (!child_start(&srv[k], su.exe, su.model, su.tok, args, na, log, why, sizeof why)) goto fail;
+    }
+    for (int r = 0; r <= reps; r++) /* body 0 warms both servers up */
+        if (!(bodies[r] = rerank_body(r ? qw : 8, r ? docs : 2, r ? dw : 8, (uint64_t)r + 1))) {
+            snprintf(why, sizeof why, "out of memory");
+            goto fail;
+        }
+    for (int r = 0; r <= reps; r++)
+        for (int k = 0; k < 2; k++) { /* the same body on each server, alternately: the same minutes for both */
+            long n = 0;
+            const double s = rerank_once(srv[k].port, bodies[r], &n);
+            if (s < 0) {
+                snprintf(why, sizeof why, "a rerank request failed");
+                goto fail;
+            }
+            if (r) t[k] += s, tokens[k] += n;
+        }
+    for (int k = 0; k < 2; k++) {
+        bench_row row;
+        row_begin(&row, "rerank", srv[k].engine[0] ? srv[k].engine : "nerve", threads);
+        row_str(&row, "model", model ? model : o->quick ? "stories260K" : "stories110M");
+        row_str(&row, "case", k ? "no-prefix-cache" : "prefix-cache");
+        row_int(&row, "docs", docs);
+        row_int(&row, "reps", reps);
+        row_num(&row, "prompt_tokens_per_request", (double)tokens[k] / reps);
+        row_num(&row, "ms_per_request", t[k] / reps * 1e3);
+        row_num(&row, "docs_per_s", docs * reps / t[k]);
+        row_num(&row, "prompt_tokens_per_s", tokens[k] / t[k]);
+        if (!k) {
+            row_num(&row, "ratio_vs", t[0] / t[1]);
+            row_num(&row, "speedup", t[1] / t[0]);
+            row_str(&row, "ratio_of", "no-prefix-cache");
+        }
+        row_end(&row, o);
+    }
+    goto done;
+fail:
+    fail_row("rerank", why, o, threads);
+    rc = 1;
+done:
+    for (int k = 0; k < 2; k++)
+        if (srv[k].pid) child_stop(&srv[k]);
+    for (int r = 0; r <= 100; r++) free(bodies[r]);
+    if (su.dir[0]) rm_tree(su.dir);
+    return rc;
+}

@@ -24,6 +24,7 @@ static const struct {
     {"serve", bench_serve, "tokens/s, TTFT and inter-token latency of a real server with 1, 4, 16 streaming clients"},
     {"spec", bench_spec, "speculative decoding (prompt lookup, or --model-draft): tokens/s with and without drafts on a trained model, acceptance, identical texts"},
     {"prefix", bench_prefix, "TTFT of a 2,000-token shared prefix + 50 new tokens: cold, RAM hit, disk hit after a restart"},
+    {"rerank", bench_rerank, "/v1/rerank documents/s of 32 documents after one query, with the prefix cache and without"},
     {"grammar", bench_grammar, "constrained decoding: the token mask per JSON state vs asking token by token (-z TOKENIZER)"},
     {"template", bench_template, "chat templates run as Jinja vs nerve's own renderers of them, per conversation length (-z TOKENIZER)"},
 };
