@@ -14,6 +14,7 @@
 #include "model/forward.h"
 #include "model/gguf.h"
 #include "model/hf.h"
+#include "serve/chat.h"
 #include "model/imatrix.h"
 #include "model/model.h"
 #include "model/tokenizer.h"
@@ -946,52 +947,60 @@ static void test_kquant_writers(void) {
     T_CHECK(t_nerve(args) == 2 && strstr(t_err, "--pure"), "--pure to a Hugging Face folder: %s", t_err);
 }
 
-/* nerve serve takes the chat template a GGUF model declares (recognised by its markers, else run as
- * Jinja) unless --chat-template says otherwise. */
+/* nerve serve runs the chat template a GGUF model declares as Jinja, its markers naming the stops and
+ * the tool calls' form (--no-jinja: nerve's renderer of the template they name; one of nerve's own
+ * templates exactly: its renderer), unless --chat-template says otherwise. */
 static void test_serve_declared_template(void) {
     struct {
         const char *tmpl, *args, *want;
-    } cases[] = {{"{% for m in messages %}<|im_start|>{{ m.role }}{% endfor %}", "", "chat template chatml"},
-                 {"{{ bos_token }}[INST] {{ m.content }} [/INST]", "", "chat template llama2"},
+    } cases[] = {{"{% for m in messages %}<|im_start|>{{ m.role }}{% endfor %}", "", "run as Jinja (stops and tool calls as chatml)"},
+                 {"{{ bos_token }}[INST] {{ m.content }} [/INST]", "", "run as Jinja (stops and tool calls as llama2)"},
+                 {"{% for m in messages %}<|im_start|>{{ m.role }}{% endfor %}", "--no-jinja", "chat template chatml,"},
+                 /* recognised but not runnable: the renderer, with a warning */
+                 {"{% for m in messages %}<|im_start|>{{ m.role }", "", "chatml renderer instead"},
                  /* none nerve knows: run as Jinja; one that does not parse: plain, with a warning */
                  {"{{ m.content }}", "", "chat template the model's own, run as Jinja"},
                  {"{{ m.content ", "", "chat template plain"},
                  {"{{bos_token}}{{ns.system_prompt}}{{'<\xef\xbd\x9c" "User\xef\xbd\x9c>' + message['content']}}{{'<\xef\xbd\x9c"
-                  "Assistant\xef\xbd\x9c>' + content}}", "", "chat template deepseek (reasoning to reasoning_content)"},
-                 {"<\xef\xbd\x9c" "Assistant\xef\xbd\x9c>", "--reasoning-format none", "chat template deepseek, KV"},
+                  "Assistant\xef\xbd\x9c>' + content}}", "", "(stops and tool calls as deepseek) (reasoning to reasoning_content)"},
+                 {"<\xef\xbd\x9c" "Assistant\xef\xbd\x9c>", "--reasoning-format none", "(stops and tool calls as deepseek), KV"},
                  {"<|im_start|>", "--chat-template llama2", "chat template llama2"},
                  /* Phi-3-mini-4k-instruct's own */
                  {"{% for message in messages %}{% if message['role'] == 'system' %}{{'<|system|>\n' + message['content'] + "
                   "'<|end|>\n'}}{% elif message['role'] == 'user' %}{{'<|user|>\n' + message['content'] + '<|end|>\n'}}"
                   "{% elif message['role'] == 'assistant' %}{{'<|assistant|>\n' + message['content'] + '<|end|>\n'}}{% endif %}"
                   "{% endfor %}{% if add_generation_prompt %}{{ '<|assistant|>\n' }}{% else %}{{ eos_token }}{% endif %}",
-                  "", "chat template phi3"},
+                  "", "(stops and tool calls as phi3)"},
                  /* Phi-4-mini-instruct's own */
                  {"{% for message in messages %}{% if message['role'] == 'system' and 'tools' in message and message['tools'] is not "
                   "none %}{{ '<|' + message['role'] + '|>' + message['content'] + '<|tool|>' + message['tools'] + '<|/tool|>' + "
                   "'<|end|>' }}{% else %}{{ '<|' + message['role'] + '|>' + message['content'] + '<|end|>' }}{% endif %}{% endfor %}"
                   "{% if add_generation_prompt %}{{ '<|assistant|>' }}{% else %}{{ eos_token }}{% endif %}",
-                  "", "chat template phi4-mini"},
+                  "", "(stops and tool calls as phi4-mini)"},
                  /* Phi-4's own */
                  {"{% for message in messages %}{% if (message['role'] == 'system') %}{{'<|im_start|>system<|im_sep|>' + "
                   "message['content'] + '<|im_end|>'}}{% elif (message['role'] == 'user') %}{{'<|im_start|>user<|im_sep|>' + "
                   "message['content'] + '<|im_end|>'}}{% elif (message['role'] == 'assistant') %}{{'<|im_start|>assistant<|im_sep|>' + "
                   "message['content'] + '<|im_end|>'}}{% endif %}{% endfor %}{% if add_generation_prompt %}{{ "
                   "'<|im_start|>assistant<|im_sep|>' }}{% endif %}",
-                  "", "chat template phi4,"},
+                  "", "(stops and tool calls as phi4)"},
                  /* SmolLM3's (the lines of its system turn that tell it) */
                  {"{{- \"<|im_start|>system\\n\" -}}{{- \"## Metadata\\n\\n\" -}}{{- \"Knowledge Cutoff Date: June 2025\\n\" -}}"
-                  "{{- \"Reasoning Mode: \" + reasoning_mode + \"\\n\\n\" -}}", "", "chat template smollm3"},
+                  "{{- \"Reasoning Mode: \" + reasoning_mode + \"\\n\\n\" -}}", "", "(stops and tool calls as smollm3)"},
                  /* OLMo-2-1124-13B-Instruct's own (Tulu 3's): Phi-3's roles without <|end|> */
                  {"{{ bos_token }}{% for message in messages %}{% if message['role'] == 'system' %}{{ '<|system|>\n' + message['content'] + "
                   "'\n' }}{% elif message['role'] == 'user' %}{{ '<|user|>\n' + message['content'] + '\n' }}{% elif message['role'] == "
                   "'assistant' %}{% if not loop.last %}{{ '<|assistant|>\n'  + message['content'] + eos_token + '\n' }}{% else %}{{ "
                   "'<|assistant|>\n'  + message['content'] + eos_token }}{% endif %}{% endif %}{% if loop.last and add_generation_prompt "
                   "%}{{ '<|assistant|>\n' }}{% endif %}{% endfor %}",
-                  "", "chat template olmo2"}};
+                  "", "(stops and tool calls as olmo2)"},
+                 /* GLM's: OLMo 2's role markers, but a prompt and calls of its own: none nerve knows */
+                 {"[gMASK]<sop>{% for m in messages %}<|{{ m.role }}|>{{ m.content }}{% endfor %}<|assistant|>", "", "run as Jinja, KV"},
+                 /* exactly nerve's own template: its renderer */
+                 {NULL, "", "chat template chatml,"}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const char *p = t_path("chat.gguf");
-        gguf_write_model_ex(p, "llama", 3, 1, cases[i].tmpl);
+        gguf_write_model_ex(p, "llama", 3, 1, cases[i].tmpl ? cases[i].tmpl : nv_chat_template_jinja(NV_CHAT_CHATML));
         server s;
         char args[200], name[32];
         snprintf(args, sizeof args, "--no-prefix-cache %s", cases[i].args);

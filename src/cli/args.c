@@ -135,6 +135,7 @@ static int template_of_text(const char *t, size_t n, nv_chat_template *out) {
     else if (memmem(t, n, NV_CHAT_DEEPSEEK_ASSISTANT, sizeof NV_CHAT_DEEPSEEK_ASSISTANT - 1)) *out = NV_CHAT_DEEPSEEK;
     else if (memmem(t, n, "<|assistant|>", 13) && memmem(t, n, "<|end|>", 7)) /* Phi-4-mini's: its tools' closing marker */
         *out = memmem(t, n, "<|/tool|>", 9) ? NV_CHAT_PHI4_MINI : NV_CHAT_PHI3;
+    else if (memmem(t, n, "[gMASK]", 7)) return 0; /* GLM's roles are OLMo 2's markers, but its prompt and calls its own */
     else if (memmem(t, n, "<|assistant|>", 13) && memmem(t, n, "<|user|>", 8)) *out = NV_CHAT_OLMO2; /* the same roles without <|end|> */
     else if (memmem(t, n, "<start_of_turn>", 15) && memmem(t, n, "<end_of_turn>", 13)) *out = NV_CHAT_GEMMA;
     else if (memmem(t, n, "<|start_of_role|>", 17)) *out = NV_CHAT_GRANITE;
@@ -164,6 +165,13 @@ char *cli_declared_template_text(const char *model_path) {
     return text;
 }
 
+int cli_jinja_flag(const char *a, int *run_jinja) {
+    if (!strcmp(a, "--jinja")) *run_jinja = 1;
+    else if (!strcmp(a, "--no-jinja")) *run_jinja = 0;
+    else return 0;
+    return 1;
+}
+
 char *cli_gguf_named_template(const char *model_path, const char *name) {
     nv_gguf g;
     if (nv_gguf_open(model_path, &g) != NV_OK) return NULL;
@@ -182,7 +190,8 @@ int cli_chat_template(const char *cmd, const char *model_path, const char *name,
     if (text_out) *text_out = NULL;
     const int frc = cli_template_flags(cmd, name, file, tmpl);
     if (frc) return frc;
-    if (name && !jinja) return 0;
+    if (name && jinja <= 0) return 0; /* a name is nerve's renderer of it unless --jinja */
+    const int asked = jinja > 0;
     char dir[4200], run[16], *text = NULL;
     size_t n = 0;
     folder_of(model_path, dir, sizeof dir);
@@ -199,18 +208,27 @@ int cli_chat_template(const char *cmd, const char *model_path, const char *name,
         text = cli_declared_template_text(model_path);
     }
     if (!text) {
-        if (jinja && !name) nv_warn("%s declares no chat template: --jinja has none to run", model_path);
+        if (asked && !name) nv_warn("%s declares no chat template: --jinja has none to run", model_path);
         return 0;
     }
     n = strlen(text);
     /* a run's own, in its folder or exported: run as Jinja whatever its markers say */
     if (!strncmp(text, NV_CHAT_RUN_AS_JINJA, sizeof NV_CHAT_RUN_AS_JINJA - 1)) jinja = 1;
     const int known = template_of_text(text, n, tmpl);
+    /* by default (llama.cpp's and vLLM's) the template is run as it is written, the markers giving only
+       the stops and the tool calls' form; exactly one of nerve's own templates is its renderer (the same
+       text); --no-jinja: the renderer the markers name */
+    nv_chat_template own;
+    if (jinja < 0) jinja = !nv_chat_template_of_jinja(text, n, &own);
     int rc = 0;
     if (!known || jinja) {
+        const nv_chat_template recognised = *tmpl;
         if (!known) *tmpl = NV_CHAT_PLAIN; /* its stop: the vocabulary's end of text; its calls: Hermes's */
         if (nv_jinja_parse(text, n, prog) != NV_OK) {
-            if (file || jinja) rc = cli_error(cmd, 1, "%s: %s", from, nv_errmsg());
+            if (file || asked) rc = cli_error(cmd, 1, "%s: %s", from, nv_errmsg());
+            else if (known)
+                nv_warn("%s: its chat template cannot be run (%s): nerve's %s renderer instead (see --chat-template)", model_path,
+                        nv_errmsg(), nv_chat_template_name(recognised));
             else nv_warn("%s: its chat template cannot be run (%s): plain instead (see --chat-template)", model_path, nv_errmsg());
         } else if (!known)
             nv_info("%s: its chat template is none nerve knows by its markers: run as Jinja", from);

@@ -158,6 +158,8 @@ nv_err cli_load_model(const char *path, const cli_loras *l, int quantized, nv_mo
  * as nv_chat_template_jinja writes it, else a Hugging Face folder's tokenizer_config.json's, else a
  * GGUF file's tokenizer.chat_template. */
 char *cli_declared_template_text(const char *model_path);
+/* --jinja (1) and --no-jinja (0) into *run_jinja (-1 when neither: the default); 1 when a is one. */
+int cli_jinja_flag(const char *a, int *run_jinja);
 /* A GGUF model's named template tokenizer.chat_template.NAME (malloc'd), NULL when it has none. */
 char *cli_gguf_named_template(const char *model_path, const char *name);
 /* What serve, chat and train render with: --chat-template NAME (nerve's renderer of it), else

@@ -123,7 +123,7 @@ int cmd_chat(int argc, char **argv) {
     const char *model_path = NULL, *tok_path = NULL, *engine_name = NULL, *template_name = NULL, *system_text = NULL;
     const char *system_file = NULL;
     const char *one = NULL, *template_file = NULL; /* -p: a single message */
-    int max_answer = 512, ctx_arg = 0, threads = 0, top_k = 40, no_think = 0, run_jinja = 0;
+    int max_answer = 512, ctx_arg = 0, threads = 0, top_k = 40, no_think = 0, run_jinja = -1;
     float temperature = 0.7f, top_p = 0.95f, min_p = 0.05f;
     uint64_t seed = 0;
     cli_loras loras = {0};
@@ -133,7 +133,7 @@ int cmd_chat(int argc, char **argv) {
             usage(stdout);
             return 0;
         }
-        if (cli_switch(a, "--no-think", &no_think, 1) || cli_switch(a, "--jinja", &run_jinja, 1)) continue;
+        if (cli_switch(a, "--no-think", &no_think, 1) || cli_jinja_flag(a, &run_jinja)) continue;
         const int lf = cli_lora_flag(CMD, argc, argv, &i, &loras);
         if (lf < 0) return 2;
         if (lf) continue;

@@ -508,7 +508,7 @@ static int perplexity_main(int argc, char **argv, int imatrix_mode) {
     const char *imatrix_out = "imatrix.gguf", *cmd = imatrix_mode ? "imatrix" : CMD; /* errors name the command run */
     const char *files[MAX_FILES], *in_files[MAX_FILES];
     const char *choice_path = NULL, *template_name = NULL;
-    int n_files = 0, n_in = 0, ctx = 0, max_chunks = 0, threads = 0, json = 0, max_tasks = 0, run_jinja = 0;
+    int n_files = 0, n_in = 0, ctx = 0, max_chunks = 0, threads = 0, json = 0, max_tasks = 0, run_jinja = -1;
     const char *template_file = NULL;
     float val_frac = 0;
     cli_loras loras = {0};
@@ -522,10 +522,7 @@ static int perplexity_main(int argc, char **argv, int imatrix_mode) {
             json = 1;
             continue;
         }
-        if (!strcmp(a, "--jinja") && !imatrix_mode) {
-            run_jinja = 1;
-            continue;
-        }
+        if (!imatrix_mode && cli_jinja_flag(a, &run_jinja)) continue;
         const int lf = cli_lora_flag(cmd, argc, argv, &i, &loras);
         if (lf < 0) return 2;
         if (lf) continue;
@@ -582,8 +579,8 @@ static int perplexity_main(int argc, char **argv, int imatrix_mode) {
     if (chat_files && imatrix_mode) return cli_error(cmd, 2, "an importance matrix is collected on text, not chat data (.jsonl)");
     if (chat_files && (ctx || max_chunks || base_path))
         return cli_error(cmd, 2, "chat data is scored a turn at a time: --ctx, --chunks and --kl-base do not go with it");
-    if ((template_name || template_file || run_jinja) && !chat_files)
-        return cli_error(cmd, 2, "%s goes with chat data (.jsonl)", template_name ? "--chat-template" : template_file ? "--chat-template-file" : "--jinja");
+    if ((template_name || template_file || run_jinja >= 0) && !chat_files)
+        return cli_error(cmd, 2, "%s goes with chat data (.jsonl)", template_name ? "--chat-template" : template_file ? "--chat-template-file" : run_jinja ? "--jinja" : "--no-jinja");
     nv_chat_template tmpl = NV_CHAT_CHATML; /* as nerve train's default */
     const int trc = cli_template_flags(cmd, template_name, template_file, &tmpl);
     if (trc) return trc;

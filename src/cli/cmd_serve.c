@@ -307,7 +307,7 @@ int cli_serve_run(int argc, char **argv, const cli_serve_job *job) {
     cli_spec spec = CLI_SPEC_DEFAULTS;
     const char *cache_dir = NULL, *files_dir = NULL;
     uint64_t files_max = 2ull << 30;
-    int batch_parallel = 0, ft_nice = 10, ft_yield = 1, run_jinja = 0;
+    int batch_parallel = 0, ft_nice = 10, ft_yield = 1, run_jinja = -1;
     const char *rerank_tokens = NULL, *rerank_file = NULL, *rerank_instruction = NULL;
     nv_kv_dtype kv_dtype = NV_KV_F16;
     nv_swa_cache swa_cache = NV_SWA_AUTO;
@@ -326,7 +326,7 @@ int cli_serve_run(int argc, char **argv, const cli_serve_job *job) {
             cli_switch(a, "--no-tune", &no_tune, 1) ||
             cli_switch(a, "--allow-lora-updates", &lora_updates, 1) ||
             cli_switch(a, "--no-fine-tune-yield", &ft_yield, 0) ||
-            cli_switch(a, "--jinja", &run_jinja, 1))
+            cli_jinja_flag(a, &run_jinja))
             continue;
         if (!strcmp(a, "--lora-modules")) { /* NAME=ADAPTER, then more such words until the next flag */
             if (!(v = cli_value(CMD, argc, argv, &i))) return 2;
@@ -721,7 +721,7 @@ int cli_serve_run(int argc, char **argv, const cli_serve_job *job) {
                  n_files == 1 ? "" : "s", (double)file_bytes / 1048576.0);
     }
     const char *fmt_host = strchr(host, ':') ? "[%s]" : "%s";
-    char shown[300], tmpl_shown[64];
+    char shown[300], tmpl_shown[128];
     snprintf(shown, sizeof shown, fmt_host, host);
     snprintf(tmpl_shown, sizeof tmpl_shown, "%s%s%s%s", jinja ? "the model's own, run as Jinja" : nv_chat_template_name(tmpl),
              jinja && tmpl != NV_CHAT_PLAIN ? " (stops and tool calls as " : "", jinja && tmpl != NV_CHAT_PLAIN ? nv_chat_template_name(tmpl) : "",

@@ -259,7 +259,7 @@ static int train(int argc, char **argv) {
     const char *data[MAX_DATA], *val_data[MAX_DATA];
     nv_jinja *jinja = NULL; /* the chat template run as Jinja (cli_chat_template), and its text */
     char *jinja_text = NULL;
-    int run_jinja = 0;
+    int run_jinja = -1;
     int n_val = 0, val_frac_given = 0;
     int n_data = 0, threads = 0, dim = 0, layers = 0, heads = 0, kv_heads = 0, hidden = 0, head_dim = 0, context = 0;
     int qk_norm = 0, qkv_bias = 0, separate = 0, warmup_given = 0, pack = 0, decay_given = 0, sample_given = 0;
@@ -290,7 +290,7 @@ static int train(int argc, char **argv) {
         if (!strcmp(a, "--separate-classifier")) { separate = 1; continue; }
         if (!strcmp(a, "--decay-embeddings")) { o.adamw.decay_embeddings = 1; continue; }
         if (!strcmp(a, "--pack")) { pack = 1; continue; }
-        if (!strcmp(a, "--jinja")) { run_jinja = 1; continue; }
+        if (cli_jinja_flag(a, &run_jinja)) continue;
         if (!strcmp(a, "--recompute")) { o.recompute = 1; continue; }
         if (!strcmp(a, "--no-merge")) { o.lora_no_merge = 1; continue; }
         if (!strcmp(a, "--save-best")) { o.save_best = 1; continue; }
@@ -586,19 +586,19 @@ static int train(int argc, char **argv) {
     for (int i = 0; i < n_val; i++) data[n_data + i] = val_data[i];
     int chat_files = 0; /* refused before the data is read */
     for (int i = 0; i < n_data + n_val; i++) chat_files += nv_data_jsonl_is_turns(data[i]);
-    if ((template_name || template_file || run_jinja || pack) && !chat_files) {
+    if ((template_name || template_file || run_jinja >= 0 || pack) && !chat_files) {
         rc = cli_error(CMD, 2, "%s goes with chat data (a .jsonl file in --data)",
-                       pack ? "--pack" : template_name ? "--chat-template" : template_file ? "--chat-template-file" : "--jinja");
+                       pack ? "--pack" : template_name ? "--chat-template" : template_file ? "--chat-template-file" : run_jinja ? "--jinja" : "--no-jinja");
         goto done;
     }
     /* fine-tuning a chat model: the template it declares (a GGUF file's, a folder's, or a chat run's), nerve's
        renderer of it when its markers say which, else run as Jinja, as serve renders it */
     int declared = 0;
-    if (run_jinja && !init_from && !template_file && !template_name) {
+    if (run_jinja > 0 && !init_from && !template_file && !template_name) {
         rc = cli_error(CMD, 2, "--jinja needs a template to run: --chat-template-file F, --chat-template NAME or an --init-from model's own");
         goto done;
     }
-    if (chat_files && (init_from || template_file || (template_name && run_jinja))) {
+    if (chat_files && (init_from || template_file || (template_name && run_jinja > 0))) {
         if ((rc = cli_chat_template(CMD, init_from ? init_from : "", template_name, template_file, run_jinja, &tmpl, &jinja, &jinja_text)) != 0)
             goto done;
         rc = 1;
