@@ -107,6 +107,13 @@ T = [
  "{{ [3, 1, 2] | sort(true) }} {{ ['b', 'A', 'a', 'B'] | sort }} {{ [{'n': 2, 'k': 'x'}, {'n': 1, 'k': 'y'}, {'n': 2, 'k': 'z'}] | sort(attribute='n') | map(attribute='k') | join }}",
  "{{ [1, 3, 3, 2] | max }} {{ ['b', 'B'] | max }} {{ ['b', 'B'] | min }} {{ {'b': 1, 'A': 2, 'a': 3} | dictsort }} {{ {'b': 1, 'a': 2} | dictsort(reverse=true) }}",
  "{% set ns = namespace(d={}) %}{% for i in range(40) %}{% set ns.d = dict(ns.d, k=i) %}{% endfor %}{% set big = {'k0': 0, 'k1': 1, 'k2': 2, 'k3': 3, 'k4': 4, 'k5': 5, 'k6': 6, 'k7': 7, 'k8': 8, 'k9': 9, 'k10': 10, 'k11': 11, 'k12': 12, 'k13': 13, 'k14': 14, 'k15': 15, 'k16': 16, 'k17': 17, 'k10': 'again'} %}{{ big.k10 }} {{ big | length }} {{ big.k17 }} {{ 'k16' in big }} {{ big.k99 is defined }}",
+ "{% set d = {0: 'zero', 512: 'half', 1.5: 'f', none: 'n', true: 't'} %}{{ d[512] }} {{ d }} {{ d[1] }} {{ d[1.0] }} {{ d.get(0) }} {{ d.get(7, 'no') }} {{ 512 in d }} {{ 2 in d }} {{ '512' in d }} {{ d | tojson }} {{ d | length }} {{ d[none] }}",
+ "{% for k, v in {2: 'b', 1.0: 'a', 'x': 'c'}.items() %}{{ k }}:{{ v }};{% endfor %} {{ {2: 'b', 1: 'a'} | dictsort }} {{ {1: 2} == {1.0: 2} }} {{ {1: 'i', true: 'b'} }} {{ {'1': 's', 1: 'i'} | list }}",
+ "{{ 3 | round }} {{ 3.7 | round }} {{ 2.5 | round }} {{ -2.5 | round }} {{ 2.345 | round(2) }} {{ 7 | round(method='floor') }} {{ 1234 | round(-2) }} {{ true | round }}",
+ "{{ 'abc'.startswith('b', 1) }} {{ 'abc'.startswith('a', 1) }} {{ 'abc'.endswith('b', 0, 2) }} {{ 'abc'.endswith('c', -1) }} {{ 'héllo'.startswith('l', 2, 4) }} {{ 'abc'.startswith(('x', 'b'), 1) }} {{ 'abc'.startswith('', 5) }} {{ 'abc'.startswith('a', 2, 1) }}",
+ "{{ 'a\nb\r\nc\rd'.splitlines() }} {{ 'a\nb\r\nc\n'.splitlines(true) }} {{ 'x\u2028y\x0bz'.splitlines() }} {{ ''.splitlines() }} {{ '\n'.splitlines(keepends=true) }}",
+ "{{ 'ff' | int(base=16) }} {{ '0x1f' | int(0, 16) }} {{ '0b101' | int(0, 0) }} {{ ' 1_000 ' | int }} {{ '1.5' | int }} {{ 'zz' | int(7) }} {{ '-12' | int }} {{ '1__0' | int(3) }} {{ '077' | int(5, 0) }} {{ '0o17' | int(base=8) }} {{ 'ff' | int(base=40) }} {{ {1: 2} | tojson(sort_keys=true) }}",
+ "{{ (1,) + (2,) }} {{ (1, 2) + () }} {{ [1] + [2] }} {{ ((1,) + (2, 3)) | length }}",
 ]
 ERR = [
  ("{{ raise_exception('Conversation roles must alternate') }}", "Conversation roles must alternate"),
@@ -115,7 +122,8 @@ ERR = [
  ("{{ x | nosuchfilter }}", "nosuchfilter"), ("{{ x is nosuchtest }}", "nosuchtest"), ("{{ l.append(1) }}", "immutable"),
  ("{% set d.a = 1 %}", "namespace"), ("{{ undefined_fn() }}", "undefined"),
  ("{% endfor %}", None), ("{{ }}", None),
- ("{% for a, b in [1] %}{% endfor %}", "unpack"), ("{{ none | tojson }}{{ missing | tojson }}", "JSON"),
+ ("{% for a, b in [1] %}{% endfor %}", "unpack"),
+ ("{{ [1] + (2,) }}", "concatenate"), ("{{ {[1]: 2} }}", "key"), ("{{ {1: 2, 'a': 3} | tojson(sort_keys=true) }}", "sort_keys"), ("{{ none | tojson }}{{ missing | tojson }}", "JSON"),
 ]
 
 # what nerve refuses that jinja2 would run (for long, or at length): its limits on work, nesting and size

@@ -100,6 +100,7 @@ static void jctx_free(jctx *c) {
 
 typedef struct {
     size_t n;
+    unsigned char kt; /* 0: a string; a dict's key of another type: its jtype (key_of) */
     char s[];
 } jstr;
 
@@ -150,6 +151,7 @@ static jstr *str_new(jctx *c, const char *s, size_t n) {
     if (n > J_MAX_STRING) jfail(c, NV_ERANGE, "a string past %zu MB", J_MAX_STRING >> 20);
     jstr *r = jalloc(c, sizeof *r + n + 1);
     r->n = n;
+    r->kt = 0;
     if (n) memcpy(r->s, s, n);
     return r;
 }
@@ -186,22 +188,40 @@ static size_t key_hash(const char *k, size_t n) {
     return (size_t)h;
 }
 
-static int dict_find(const jdict *d, const char *k, size_t n) {
+/* A key of the kind other (0: a string key; 1: a number's or none's, whose text key_of made) */
+static int key_is(const jstr *k, int other, const char *s, size_t n) { return (k->kt != 0) == other && k->n == n && !memcmp(k->s, s, n); }
+
+static int dict_find_kind(const jdict *d, int other, const char *k, size_t n) {
     if (d->slot) {
         for (size_t h = key_hash(k, n) & (size_t)(d->n_slot - 1);; h = (h + 1) & (size_t)(d->n_slot - 1)) {
             const int e = d->slot[h];
             if (!e) return -1;
-            if (d->k[e - 1]->n == n && !memcmp(d->k[e - 1]->s, k, n)) return e - 1;
+            if (key_is(d->k[e - 1], other, k, n)) return e - 1;
         }
     }
     for (int i = 0; i < d->n; i++)
-        if (d->k[i]->n == n && !memcmp(d->k[i]->s, k, n)) return i;
+        if (key_is(d->k[i], other, k, n)) return i;
     return -1;
 }
+/* the string key k */
+static int dict_find(const jdict *d, const char *k, size_t n) { return dict_find_kind(d, 0, k, n); }
+static int dict_find_key(const jdict *d, const jstr *k) { return dict_find_kind(d, k->kt != 0, k->s, k->n); }
 static void dict_slot(jdict *d, int i) {
     size_t h = key_hash(d->k[i]->s, d->k[i]->n) & (size_t)(d->n_slot - 1);
     while (d->slot[h]) h = (h + 1) & (size_t)(d->n_slot - 1);
     d->slot[h] = i + 1;
+}
+
+/* A key as the value it was (a string, or the number or none key_of made it from). Python's: 1,
+ * 1.0 and True are one key, shown as the first of them that was set. */
+static jval key_val(const jstr *k) {
+    switch (k->kt) {
+    case 0: return (jval){.t = V_STR, .u.s = k};
+    case V_NONE: return NONE;
+    case V_BOOL: return vbool(k->s[1] == '1');
+    case V_INT: return vint(strtoll(k->s + 1, NULL, 10));
+    default: return vfloat(strtod(k->s + 1, NULL));
+    }
 }
 
 static void dict_clear(jdict *d) {
@@ -210,7 +230,7 @@ static void dict_clear(jdict *d) {
 }
 
 static void dict_set(jctx *c, jdict *d, const jstr *k, jval v) {
-    const int i = dict_find(d, k->s, k->n);
+    const int i = dict_find_key(d, k);
     if (i >= 0) {
         d->v[i] = v;
         return;
@@ -332,7 +352,7 @@ static void put_repr(jctx *c, jsink *s, jval v, int depth) {
         sink_puts(c, s, "{");
         for (int i = 0; i < v.u.d->n; i++) {
             if (i) sink_puts(c, s, ", ");
-            put_repr(c, s, (jval){.t = V_STR, .u.s = v.u.d->k[i]}, depth + 1);
+            put_repr(c, s, key_val(v.u.d->k[i]), depth + 1);
             sink_puts(c, s, ": ");
             put_repr(c, s, v.u.d->v[i], depth + 1);
         }
@@ -376,6 +396,11 @@ static void json_newline(jctx *c, jsink *s, const json_style *st, int level) {
 
 static int key_cmp(const void *a, const void *b) {
     const jstr *x = *(const jstr *const *)a, *y = *(const jstr *const *)b;
+    if (x->kt && y->kt) { /* numbers' keys (put_json let no others through): by value */
+        const jval p = key_val(x), q = key_val(y);
+        const double u = p.t == V_FLOAT ? p.u.f : (double)p.u.i, v = q.t == V_FLOAT ? q.u.f : (double)q.u.i;
+        return (u > v) - (u < v);
+    }
     const int r = memcmp(x->s, y->s, x->n < y->n ? x->n : y->n);
     return r ? r : (x->n > y->n) - (x->n < y->n);
 }
@@ -416,17 +441,30 @@ static void put_json(jctx *c, jsink *s, jval v, const json_style *st, int level)
         }
         int *order = jalloc(c, sizeof *order * (size_t)d->n);
         for (int i = 0; i < d->n; i++) order[i] = i;
+        for (int i = 1; st->sort_keys && i < d->n; i++) /* Python compares ints with floats, not with strings */
+            if ((d->k[i]->kt == 0) != (d->k[0]->kt == 0) || d->k[i]->kt == V_NONE || d->k[0]->kt == V_NONE)
+                jfail(c, NV_EFORMAT, "tojson: sort_keys with keys that do not compare");
         if (st->sort_keys) { /* the keys sorted (they are unique: any sort is Python's) */
             const jstr **keys = jalloc(c, sizeof *keys * (size_t)d->n);
             memcpy(keys, d->k, sizeof *keys * (size_t)d->n);
             qsort(keys, (size_t)d->n, sizeof *keys, key_cmp);
-            for (int i = 0; i < d->n; i++) order[i] = dict_find(d, keys[i]->s, keys[i]->n);
+            for (int i = 0; i < d->n; i++) order[i] = dict_find_key(d, keys[i]);
         }
         sink_puts(c, s, "{");
         for (int i = 0; i < d->n; i++) {
             if (i) sink_puts(c, s, st->item_sep);
             if (st->indent >= 0) json_newline(c, s, st, level + 1);
-            put_json_str(c, s, d->k[order[i]]->s, d->k[order[i]]->n, st->ascii);
+            const jstr *k = d->k[order[i]];
+            if (k->kt) { /* json.dumps's text of a number's or none's key */
+                const jval kv = key_val(k);
+                nv_buf b = {0};
+                if (kv.t == V_FLOAT) nv_py_repr_float(&b, kv.u.f);
+                else nv_buf_puts(&b, kv.t == V_NONE ? "null" : kv.t == V_BOOL ? (kv.u.i ? "true" : "false") : k->s + 1);
+                if (b.oom) nv_buf_free(&b), jfail(c, NV_ENOMEM, "out of memory");
+                put_json_str(c, s, b.data, b.len, st->ascii);
+                nv_buf_free(&b);
+            } else
+                put_json_str(c, s, k->s, k->n, st->ascii);
             sink_puts(c, s, st->key_sep);
             put_json(c, s, d->v[order[i]], st, level + 1);
         }
@@ -1252,6 +1290,21 @@ static const char *type_name(jval v) {
     return n[v.t];
 }
 
+/* v as a dict's key: a string as it is; a number's class ('i' for ints, bools and whole floats,
+ * which Python takes for one key; 'f' other floats) and digits, or none's 'n', with its type */
+static const jstr *key_of(jctx *c, jval v) {
+    char text[40];
+    if (v.t == V_STR) return v.u.s;
+    if (v.t == V_BOOL || v.t == V_INT) snprintf(text, sizeof text, "i%lld", (long long)v.u.i);
+    else if (v.t == V_FLOAT && v.u.f == floor(v.u.f) && fabs(v.u.f) < 9e18) snprintf(text, sizeof text, "i%lld", (long long)v.u.f);
+    else if (v.t == V_FLOAT) snprintf(text, sizeof text, "f%.17g", v.u.f);
+    else if (v.t == V_NONE) snprintf(text, sizeof text, "n");
+    else jfail(c, NV_EFORMAT, "a %s cannot be a dict's key", type_name(v));
+    jstr *k = str_new(c, text, strlen(text));
+    k->kt = (unsigned char)v.t;
+    return k;
+}
+
 static int truthy(jval v) {
     switch (v.t) {
     case V_UNDEF: case V_NONE: return 0;
@@ -1283,7 +1336,7 @@ static int equal(render *r, jval a, jval b, int depth) {
     case V_DICT:
         if (a.u.d->n != b.u.d->n) return 0;
         for (int i = 0; i < a.u.d->n; i++) {
-            const int k = dict_find(b.u.d, a.u.d->k[i]->s, a.u.d->k[i]->n);
+            const int k = dict_find_key(b.u.d, a.u.d->k[i]);
             if (k < 0 || !equal(r, a.u.d->v[i], b.u.d->v[k], depth + 1)) return 0;
         }
         return 1;
@@ -1355,7 +1408,7 @@ static jlist *items_of(render *r, jval v, const char *what) {
     if (v.t == V_UNDEF) return list_new(&r->c, 0);
     if (v.t == V_DICT) {
         jlist *l = list_new(&r->c, v.u.d->n);
-        for (int i = 0; i < v.u.d->n; i++) list_push(&r->c, l, (jval){.t = V_STR, .u.s = v.u.d->k[i]});
+        for (int i = 0; i < v.u.d->n; i++) list_push(&r->c, l, key_val(v.u.d->k[i]));
         return l;
     }
     if (v.t == V_STR) {
@@ -1378,12 +1431,48 @@ static jval get_attr(render *r, jval obj, const char *name, size_t n) {
 }
 
 static int64_t py_index(int64_t i, int64_t n) { return i < 0 ? i + n : i; }
+static int py_space(unsigned char ch) { return is_ws((char)ch) || (ch >= 0x1c && ch <= 0x1f); }
+
+/* Python's int(text, base): white space around, a sign, a prefix 0x/0o/0b that base allows (base 0:
+ * as the prefix says, else 10; no leading zeros then), digits with single underscores between. */
+static int py_int_text(const jstr *t, int base, int64_t *out) {
+    const char *p = t->s, *e = t->s + t->n;
+    while (p < e && py_space((unsigned char)*p)) p++;
+    while (e > p && py_space((unsigned char)e[-1])) e--;
+    int neg = 0;
+    if (p < e && (*p == '+' || *p == '-')) neg = *p++ == '-';
+    int b = base;
+    if (e - p > 2 && p[0] == '0' && strchr("xXoObB", p[1])) {
+        const int pb = p[1] == 'x' || p[1] == 'X' ? 16 : p[1] == 'o' || p[1] == 'O' ? 8 : 2;
+        if (base == 0 || base == pb) b = pb, p += 2;
+        if (p < e && *p == '_') p++; /* 0x_1f */
+    }
+    if (b == 0) {
+        b = 10;
+        for (const char *q = p; q + 1 < e && *q == '0'; q++) /* base 0 refuses 007 (not 000) */
+            if (q[1] != '0' && q[1] != '_') return 0;
+    }
+    uint64_t v = 0;
+    int digits = 0;
+    for (; p < e; p++) {
+        if (*p == '_' && digits && p + 1 < e && p[1] != '_') continue;
+        const int d = *p >= '0' && *p <= '9' ? *p - '0' : *p >= 'a' && *p <= 'z' ? *p - 'a' + 10 : *p >= 'A' && *p <= 'Z' ? *p - 'A' + 10 : 99;
+        if (d >= b) return 0;
+        if (v > (UINT64_MAX - (uint64_t)d) / (uint64_t)b) return 0;
+        v = v * (uint64_t)b + (uint64_t)d, digits++;
+    }
+    if (!digits || v > (uint64_t)INT64_MAX + (uint64_t)neg) return 0;
+    *out = neg ? (int64_t)(0 - v) : (int64_t)v;
+    return 1;
+}
+
 
 static jval get_item(render *r, jval obj, jval key) {
     if (obj.t == V_UNDEF) jfail(&r->c, NV_EFORMAT, "an index of an undefined value");
     if (obj.t == V_DICT) {
-        if (key.t != V_STR) return UNDEF;
-        return get_attr(r, obj, key.u.s->s, key.u.s->n);
+        if (key.t == V_UNDEF) return UNDEF;
+        const int i = dict_find_key(obj.u.d, key_of(&r->c, key));
+        return i < 0 ? UNDEF : obj.u.d->v[i];
     }
     if ((obj.t == V_LIST || obj.t == V_STR) && (key.t == V_INT || key.t == V_BOOL)) {
         if (obj.t == V_LIST) {
@@ -1505,7 +1594,6 @@ static int64_t int_op(render *r, int op, int64_t x, int64_t y) {
     return z;
 }
 
-static int py_space(unsigned char ch) { return is_ws((char)ch) || (ch >= 0x1c && ch <= 0x1f); }
 
 /* the length of the white space character (Python's str.isspace) at p, before end; 0 if none */
 static size_t space_at(const char *p, const char *end) {
@@ -1645,7 +1733,7 @@ static jval join(render *r, jlist *l, const jstr *sep) {
 static jval dict_entries(render *r, const jdict *d, int what) {
     jlist *l = list_new(&r->c, d->n);
     for (int i = 0; i < d->n; i++) {
-        const jval k = {.t = V_STR, .u.s = d->k[i]};
+        const jval k = key_val(d->k[i]);
         if (what == 2) {
             jlist *pair = list_new(&r->c, 2);
             pair->tuple = 1;
@@ -1670,8 +1758,22 @@ static jval method(render *r, jval obj, const jstr *name, const jargs *a) {
             const jval m = arg(a, 1, "maxsplit", vint(-1));
             return split(r, s, arg(a, 0, "sep", NONE), want_int(r, m, "maxsplit"));
         }
-        if (name_is(name, "startswith")) return vbool(starts_or_ends(r, s, a0, 0));
-        if (name_is(name, "endswith")) return vbool(starts_or_ends(r, s, a0, 1));
+        if (name_is(name, "startswith") || name_is(name, "endswith")) {
+            const jval from = arg(a, 1, "start", NONE), to = arg(a, 2, "end", NONE);
+            const jstr *part = s;
+            if (from.t != V_NONE || to.t != V_NONE) { /* s[start:end], as Python's str.startswith(prefix, start, end) */
+                size_t n;
+                const size_t *off = cp_offsets(r, s, &n);
+                int64_t b = from.t == V_NONE ? 0 : py_index(want_int(r, from, "its start"), (int64_t)n);
+                int64_t e = to.t == V_NONE ? (int64_t)n : py_index(want_int(r, to, "its end"), (int64_t)n);
+                if (b > (int64_t)n) return vbool(0); /* (Python's: even for '') */
+                b = b < 0 ? 0 : b;
+                e = e < 0 ? 0 : e > (int64_t)n ? (int64_t)n : e;
+                if (b > e) return vbool(0);
+                part = str_new(&r->c, s->s + off[b], off[e] - off[b]);
+            }
+            return vbool(starts_or_ends(r, part, a0, name_is(name, "endswith")));
+        }
         if (name_is(name, "lower")) return case_map(r, s, 0);
         if (name_is(name, "upper")) return case_map(r, s, 1);
         if (name_is(name, "capitalize")) return case_map(r, s, 2);
@@ -1701,15 +1803,24 @@ static jval method(render *r, jval obj, const jstr *name, const jargs *a) {
             return vint(at);
         }
         if (name_is(name, "join")) return join(r, items_of(r, a0, "join"), s);
-        if (name_is(name, "splitlines")) {
+        if (name_is(name, "splitlines")) { /* Python's line boundaries; keepends keeps each line's */
+            const int keep = truthy(arg(a, 0, "keepends", vbool(0)));
             jlist *l = list_new(&r->c, 4);
+            charge(&r->c, BYTES(s->n));
             size_t i = 0;
             while (i < s->n) {
-                size_t j = i;
-                while (j < s->n && s->s[j] != '\n' && s->s[j] != '\r') j++;
-                list_push(&r->c, l, vstr(&r->c, s->s + i, j - i));
-                if (j < s->n && s->s[j] == '\r' && j + 1 < s->n && s->s[j + 1] == '\n') j++;
-                i = j + 1;
+                size_t j = i, brk = 0;
+                for (; j < s->n; j++) {
+                    const unsigned char ch = (unsigned char)s->s[j], c1 = j + 1 < s->n ? (unsigned char)s->s[j + 1] : 0,
+                                        c2 = j + 2 < s->n ? (unsigned char)s->s[j + 2] : 0;
+                    if (ch == '\r') brk = c1 == '\n' ? 2 : 1;
+                    else if (ch == '\n' || ch == '\v' || ch == '\f' || (ch >= 0x1c && ch <= 0x1e)) brk = 1;
+                    else if (ch == 0xc2 && c1 == 0x85) brk = 2;                       /* U+0085 */
+                    else if (ch == 0xe2 && c1 == 0x80 && (c2 == 0xa8 || c2 == 0xa9)) brk = 3; /* U+2028, U+2029 */
+                    if (brk) break;
+                }
+                list_push(&r->c, l, vstr(&r->c, s->s + i, j - i + (keep ? brk : 0)));
+                i = j + brk + !brk;
             }
             return vlist(l);
         }
@@ -1741,7 +1852,7 @@ static jval method(render *r, jval obj, const jstr *name, const jargs *a) {
         if (name_is(name, "items")) return dict_entries(r, d, 2);
         if (name_is(name, "keys") || name_is(name, "values")) return dict_entries(r, d, name_is(name, "values"));
         if (name_is(name, "get")) {
-            const jval v = a0.t == V_STR ? get_attr(r, obj, a0.u.s->s, a0.u.s->n) : UNDEF;
+            const jval v = get_item(r, obj, a0);
             return v.t == V_UNDEF ? arg(a, 1, "default", NONE) : v;
         }
         const int i = dict_find(d, name->s, name->n); /* a namespace's macro, or a dict's */
@@ -1823,7 +1934,7 @@ static int contains(render *r, jval seq, jval v) {
         charge(&r->c, BYTES(seq.u.s->n));
         return memmem(seq.u.s->s, seq.u.s->n, v.u.s->s, v.u.s->n) != NULL;
     }
-    if (seq.t == V_DICT) return v.t == V_STR && dict_find(seq.u.d, v.u.s->s, v.u.s->n) >= 0;
+    if (seq.t == V_DICT) return v.t != V_UNDEF && dict_find_key(seq.u.d, key_of(&r->c, v)) >= 0;
     if (seq.t == V_LIST) {
         for (int i = 0; i < seq.u.l->n; i++)
             if (equal(r, v, seq.u.l->v[i], 0)) return 1;
@@ -2089,9 +2200,12 @@ static jval filter(render *r, const jstr *name, jval v, const jargs *a) {
     }
     if (name_is(name, "int")) {
         const jval def = arg(a, 0, "default", vint(0));
+        const int64_t base = want_int(r, arg(a, 1, "base", vint(10)), "int's base"); /* (another: no text is a number) */
         if (v.t == V_INT || v.t == V_BOOL) return vint(v.u.i);
         if (v.t == V_FLOAT) return isfinite(v.u.f) && fabs(v.u.f) < 9e18 ? vint((int64_t)v.u.f) : def;
         if (v.t == V_STR) {
+            int64_t got;
+            if ((base == 0 || (base >= 2 && base <= 36)) && py_int_text(v.u.s, (int)base, &got)) return vint(got);
             char *end;
             const double d = strtod(v.u.s->s, &end);
             while (*end && py_space((unsigned char)*end)) end++;
@@ -2112,7 +2226,10 @@ static jval filter(render *r, const jstr *name, jval v, const jargs *a) {
         const int64_t p = want_int(r, arg(a, 0, "precision", vint(0)), "round's precision");
         const jval m = arg(a, 1, "method", UNDEF);
         const double k = pow(10, (double)(p > 15 ? 15 : p < -15 ? -15 : p)), x = num(is_num(v) ? v : vfloat(0)) * k;
-        const double y = m.t == V_STR && name_is(m.u.s, "floor") ? floor(x) : m.t == V_STR && name_is(m.u.s, "ceil") ? ceil(x) : nearbyint(x);
+        const int common = !(m.t == V_STR && (name_is(m.u.s, "floor") || name_is(m.u.s, "ceil")));
+        const double y = !common && name_is(m.u.s, "floor") ? floor(x) : !common ? ceil(x) : nearbyint(x);
+        if (common && (v.t == V_INT || v.t == V_BOOL)) /* Python's round(int, p): an int */
+            return p >= 0 ? vint(v.u.i) : vint((int64_t)(y / k));
         return vfloat(y / k);
     }
     if (name_is(name, "sum")) {
@@ -2173,7 +2290,11 @@ static jval binop(render *r, int op, jval a, jval b) {
     if (op == '+') {
         if (a.t == V_STR && b.t == V_STR) return concat(r, a.u.s->s, a.u.s->n, b.u.s->s, b.u.s->n);
         if (a.t == V_LIST && b.t == V_LIST) {
+            if (a.u.l->tuple != b.u.l->tuple)
+                jfail(&r->c, NV_EFORMAT, "can only concatenate %s (not %s) to %s", a.u.l->tuple ? "tuple" : "list",
+                      b.u.l->tuple ? "tuple" : "list", a.u.l->tuple ? "tuple" : "list");
             jlist *l = list_new(&r->c, a.u.l->n + b.u.l->n);
+            l->tuple = a.u.l->tuple;
             for (int i = 0; i < a.u.l->n; i++) list_push(&r->c, l, a.u.l->v[i]);
             for (int i = 0; i < b.u.l->n; i++) list_push(&r->c, l, b.u.l->v[i]);
             return vlist(l);
@@ -2299,8 +2420,7 @@ static jval eval_node(render *r, const jnode *x) {
         jdict *d = dict_new(&r->c);
         for (int i = 0; i + 1 < x->n; i += 2) {
             const jval k = eval(r, x->kid[i]);
-            if (k.t != V_STR) jfail(&r->c, NV_EFORMAT, "a dict's keys must be strings here, not a %s", type_name(k));
-            dict_set(&r->c, d, k.u.s, eval(r, x->kid[i + 1]));
+            dict_set(&r->c, d, key_of(&r->c, k), eval(r, x->kid[i + 1]));
         }
         return (jval){.t = V_DICT, .u.d = d};
     }
