@@ -125,17 +125,17 @@ static void test_jinja_nerve_templates(void) {
         return;
     }
     const nv_chat_call calls[] = {{"get_weather", "{\"city\": \"Paris\", \"n\": 2.5}", "c1"}, {"get_time", "{}", "c2"}};
-    const nv_chat_msg c0[] = {{"user", "Hello", NULL, 0, NULL}};
-    const nv_chat_msg c1[] = {{"system", "Be brief.", NULL, 0, NULL}, {"user", "Hi there", NULL, 0, NULL}};
-    const nv_chat_msg c2[] = {{"user", "A", NULL, 0, NULL}, {"assistant", "B", NULL, 0, NULL}, {"user", "C", NULL, 0, NULL}};
-    const nv_chat_msg c3[] = {{"developer", "  Spaces  \n", NULL, 0, NULL}, {"user", "\tTabbed\n", NULL, 0, NULL}};
-    const nv_chat_msg c4[] = {{"user", "Weather?", NULL, 0, NULL},
-                              {"assistant", "Checking.", calls, 2, NULL},
-                              {"tool", "sunny", NULL, 0, "c1"},
-                              {"tool", "noon", NULL, 0, "c2"},
-                              {"assistant", "Sunny at noon.", NULL, 0, NULL},
-                              {"user", "Thanks", NULL, 0, NULL}};
-    const nv_chat_msg c5[] = {{"user", "ends with an answer", NULL, 0, NULL}, {"assistant", "the answer", NULL, 0, NULL}};
+    const nv_chat_msg c0[] = {{"user", "Hello", NULL, 0, NULL, NULL, NULL}};
+    const nv_chat_msg c1[] = {{"system", "Be brief.", NULL, 0, NULL, NULL, NULL}, {"user", "Hi there", NULL, 0, NULL, NULL, NULL}};
+    const nv_chat_msg c2[] = {{"user", "A", NULL, 0, NULL, NULL, NULL}, {"assistant", "B", NULL, 0, NULL, NULL, NULL}, {"user", "C", NULL, 0, NULL, NULL, NULL}};
+    const nv_chat_msg c3[] = {{"developer", "  Spaces  \n", NULL, 0, NULL, NULL, NULL}, {"user", "\tTabbed\n", NULL, 0, NULL, NULL, NULL}};
+    const nv_chat_msg c4[] = {{"user", "Weather?", NULL, 0, NULL, NULL, NULL},
+                              {"assistant", "Checking.", calls, 2, NULL, NULL, NULL},
+                              {"tool", "sunny", NULL, 0, "c1", NULL, NULL},
+                              {"tool", "noon", NULL, 0, "c2", NULL, NULL},
+                              {"assistant", "Sunny at noon.", NULL, 0, NULL, NULL, NULL},
+                              {"user", "Thanks", NULL, 0, NULL, NULL, NULL}};
+    const nv_chat_msg c5[] = {{"user", "ends with an answer", NULL, 0, NULL, NULL, NULL}, {"assistant", "the answer", NULL, 0, NULL, NULL, NULL}};
     const struct {
         const nv_chat_msg *m;
         int n, tools;
@@ -214,21 +214,34 @@ static void test_jinja_variables(void) {
     if (nv_tokenizer_load(z, 512, &tok) != NV_OK) return;
     const char *t = "{{ bos_token }}|{{ eos_token }}|{% for m in messages %}{{ m.role }}:{{ m.content }}"
                     "{% for c in m.tool_calls or [] %}[{{ c.id }} {{ c.type }} {{ c.function.name }} {{ c.function.arguments is mapping }} "
-                    "{{ c.function.arguments.city or c.function.arguments }}]{% endfor %}{% if m.tool_call_id %}({{ m.tool_call_id }}){% endif %};"
+                    "{{ c.function.arguments.city or c.function.arguments }}]{% endfor %}{% if m.tool_call_id %}({{ m.tool_call_id }}){% endif %}"
+                    "{% if m.name is defined %}<{{ m.name }}>{% endif %}{% if m.reasoning_content is defined %}[{{ m.reasoning_content }}]{% endif %};"
                     "{% endfor %}|{{ tools | map(attribute='function.name') | join(',') if tools else 'no tools' }}|{{ flavour }}|"
                     "{{ enable_thinking is defined }}|{{ add_generation_prompt }}";
     nv_jinja *j;
     T_CHECK(nv_jinja_parse(t, strlen(t), &j) == NV_OK, "%s", nv_errmsg());
     const nv_chat_call calls[] = {{"get_weather", "{\"city\": \"Paris\"}", "c1"}, {"get_time", "not json", NULL}};
-    const nv_chat_msg m[] = {{"developer", "d", NULL, 0, NULL}, {"user", "u", NULL, 0, NULL}, {"assistant", "", calls, 2, NULL},
-                             {"function", "r", NULL, 0, "c1"}};
+    const nv_chat_msg m[] = {{"developer", "d", NULL, 0, NULL, NULL, NULL}, {"user", "u", NULL, 0, NULL, "ann", NULL}, {"assistant", "", calls, 2, NULL, NULL, "hmm"},
+                             {"function", "r", NULL, 0, "c1", NULL, NULL}};
     cJSON *kw = cJSON_Parse("{\"flavour\": \"mint\", \"messages\": \"not these\"}");
     nv_chat_opts o = {.jinja = j, .tools = TOOLS, .n_tools = 2, .kwargs = kw, .no_think = 1};
     nv_buf b = {0};
     T_CHECK(nv_chat_render_text(NV_CHAT_PLAIN, tok, m, 4, &o, &b) == NV_OK && b.data &&
-                !strcmp(b.data, "<s>|</s>|system:d;user:u;assistant:None[c1 function get_weather True Paris][ function get_time False not json];"
+                !strcmp(b.data, "<s>|</s>|system:d;user:u<ann>;assistant:None[c1 function get_weather True Paris][ function get_time False not json][hmm];"
                                 "tool:r(c1);|get_weather,get_time|mint|True|True"),
             "%s", b.data ? b.data : nv_errmsg());
+    nv_buf_free(&b);
+    /* add_generation_prompt false (a request's): the variable false; chatml's renderer without its header; llama3's refuses */
+    o = (nv_chat_opts){.jinja = j, .no_gen_prompt = 1};
+    T_CHECK(nv_chat_render_text(NV_CHAT_PLAIN, tok, m + 1, 1, &o, &b) == NV_OK && b.data && strstr(b.data, "|False") && !strstr(b.data, "|True"), "%s",
+            b.data ? b.data : nv_errmsg());
+    nv_buf_free(&b);
+    o = (nv_chat_opts){.no_gen_prompt = 1};
+    T_CHECK(nv_chat_render_text(NV_CHAT_CHATML, tok, m + 1, 1, &o, &b) == NV_OK && b.data && !strcmp(b.data, "<s><|im_start|>user\nu<|im_end|>\n"),
+            "%s", b.data ? b.data : nv_errmsg());
+    nv_buf_free(&b);
+    T_CHECK(nv_chat_render_text(NV_CHAT_LLAMA3, tok, m + 1, 1, &o, &b) == NV_EINVAL && strstr(nv_errmsg(), "add_generation_prompt false"), "%s",
+            nv_errmsg());
     nv_buf_free(&b);
     /* the ids: the text's, BOS where the template wrote it and nowhere else */
     int *ids = NULL, n = 0;
@@ -251,7 +264,7 @@ static void test_jinja_variables(void) {
        it; a template that does not show it refused; a training turn of empty messages through a template of
        nothing but them */
     const char *trim = "{% for m in messages %}<{{ m.content | trim }}>{% endfor %}", *roles = "{% for m in messages %}{{ m.role }}{% endfor %}";
-    const nv_chat_msg begun[] = {{"user", "Give JSON", NULL, 0, NULL}, {"assistant", " Sure:\n", NULL, 0, NULL}};
+    const nv_chat_msg begun[] = {{"user", "Give JSON", NULL, 0, NULL, NULL, NULL}, {"assistant", " Sure:\n", NULL, 0, NULL, NULL, NULL}};
     T_CHECK(nv_jinja_parse(trim, strlen(trim), &j) == NV_OK, "%s", nv_errmsg());
     o = (nv_chat_opts){.jinja = j, .continue_final = 1};
     T_CHECK(nv_chat_render_text(NV_CHAT_PLAIN, tok, begun, 2, &o, &b) == NV_OK && b.data && !strcmp(b.data, "<Give JSON><Sure:"), "%s",
@@ -262,7 +275,7 @@ static void test_jinja_variables(void) {
     T_CHECK(turn_ok && n > np && ids[n - 1] == nv_tokenizer_eos(tok) && ids[n - 2] != nv_tokenizer_eos(tok), "the answer's end: %d of %d",
             turn_ok ? ids[n - 1] : -1, n);
     free(ids);
-    const nv_chat_msg empty[] = {{"user", "", NULL, 0, NULL}, {"assistant", "", NULL, 0, NULL}};
+    const nv_chat_msg empty[] = {{"user", "", NULL, 0, NULL, NULL, NULL}, {"assistant", "", NULL, 0, NULL, NULL, NULL}};
     T_CHECK(nv_chat_render_turn(NV_CHAT_PLAIN, tok, empty, 2, &(nv_chat_opts){.jinja = j}, &ids, &n, &np) == NV_OK && np <= n, "%s", nv_errmsg());
     free(ids);
     nv_jinja_free(j);
@@ -315,6 +328,15 @@ static void test_jinja_serve(void) {
                     "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"chat_template_kwargs\": {\"greeting\": \"Hello!\"}}", 200,
                     "### Assistant: Hello!\\n"),
             "kwargs");
+    T_CHECK(answers(s.port, "/apply-template", "{\"messages\": [{\"role\": \"user\", \"content\": \"x\", \"name\": \"bob\"}], \"add_generation_prompt\": false}",
+                    200, "\"prompt\":\"<s>### User:\\nx\\n\""),
+            "add_generation_prompt false");
+    T_CHECK(answers(s.port, "/apply-template", "{\"messages\": [{\"role\": \"user\", \"content\": \"x\", \"name\": 7}]}", 400, "'messages[0].name' must be a string") &&
+                answers(s.port, "/v1/chat/completions", "{\"messages\": [{\"role\": \"assistant\", \"content\": \"x\", \"reasoning_content\": [1]}]}", 400,
+                        "'messages[0].reasoning_content' must be a string") &&
+                answers(s.port, "/v1/chat/completions", "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"add_generation_prompt\": 0}", 400,
+                        "'add_generation_prompt' must be a boolean"),
+            "the fields' types");
     const char *sys = "{\"messages\": [{\"role\": \"system\", \"content\": \"s\"}, {\"role\": \"user\", \"content\": \"x\"}], \"max_tokens\": 4}";
     T_CHECK(answers(s.port, "/v1/chat/completions", sys, 400, "\"message\":\"chat template: line 2: raise_exception: System messages are not supported.\"") &&
                 answers(s.port, "/v1/chat/completions", sys, 400, "\"type\":\"invalid_request_error\",\"param\":\"messages\""),

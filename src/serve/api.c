@@ -814,6 +814,16 @@ int nv_api_messages_parse(const cJSON *msgs, nv_api_messages *out, nv_api_error 
             }
             m[i].role = role->valuestring;
             m[i].tool_call_id = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(msg, "tool_call_id"));
+            /* a participant's name, and an assistant's earlier reasoning (vLLM's reasoning_content; its newer
+               reasoning too): what templates run as Jinja see of them */
+            const cJSON *name = nv_api_field(msg, "name"), *why = nv_api_field(msg, "reasoning_content");
+            if (!why) why = nv_api_field(msg, "reasoning");
+            if (!rc && name && !cJSON_IsString(name))
+                nv_api_error_set(err, E400, NULL, "messages", "'messages[%d].name' must be a string", i), rc = err->status;
+            if (!rc && why && !cJSON_IsString(why))
+                nv_api_error_set(err, E400, NULL, "messages", "'messages[%d].reasoning_content' must be a string", i), rc = err->status;
+            m[i].name = cJSON_GetStringValue(name);
+            m[i].reasoning = cJSON_GetStringValue(why);
             if (!rc && !strcmp(role->valuestring, "assistant")) rc = message_calls(msg, i, &m[i], err);
         }
     }
@@ -847,13 +857,14 @@ static void template_error(nv_err e, nv_api_error *err) {
  * message, an assistant's answer begun, is continued). */
 static int chat_opts(const cJSON *root, const nv_api_messages *msgs, nv_chat_opts *o, nv_api_error *err) {
     const cJSON *kw = nv_api_field(root, "chat_template_kwargs");
-    int thinking = 1, cont = 0, rc = 0;
+    int thinking = 1, cont = 0, gen = 1, rc = 0;
     if (kw && !cJSON_IsObject(kw)) {
         nv_api_error_set(err, E400, NULL, "chat_template_kwargs", "'chat_template_kwargs' must be an object");
         return err->status;
     }
     if (kw && (rc = get_bool(kw, "enable_thinking", &thinking, err))) return rc;
     if ((rc = get_bool(root, "continue_final_message", &cont, err))) return rc;
+    if ((rc = get_bool(root, "add_generation_prompt", &gen, err))) return rc; /* vLLM's and llama.cpp's */
     const nv_chat_msg *last = &msgs->m[msgs->n - 1];
     if (cont && (strcmp(last->role, "assistant") != 0 || last->n_calls)) {
         nv_api_error_set(err, E400, NULL, "continue_final_message",
@@ -862,6 +873,7 @@ static int chat_opts(const cJSON *root, const nv_api_messages *msgs, nv_chat_opt
     }
     o->no_think = !thinking;
     o->continue_final = cont;
+    o->no_gen_prompt = !gen;
     o->kwargs = kw;
     return 0;
 }

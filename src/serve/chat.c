@@ -599,10 +599,10 @@ nv_err nv_chat_render_ex(nv_chat_template t, const nv_tokenizer *tok, const nv_c
 }
 
 /* The text of messages m[0..n) in a template that renders text (every one but llama2). */
-static void render_prompt(nv_chat_template t, nv_buf *text, const nv_chat_msg *m, int n, const nv_chat_opts *o) {
+static void render_prompt(nv_chat_template t, nv_buf *text, const nv_chat_msg *m, int n, const nv_chat_opts *o, int gen_prompt) {
     int put = 0; /* (these marks send nothing to a sink) */
     if (t == NV_CHAT_CHATML || t == NV_CHAT_PHI3 || t == NV_CHAT_PHI4)
-        render_turns(text, m, n, o, t == NV_CHAT_CHATML ? &chatml_marks : t == NV_CHAT_PHI3 ? &phi3_marks : &phi4_marks, NULL, 1, &put);
+        render_turns(text, m, n, o, t == NV_CHAT_CHATML ? &chatml_marks : t == NV_CHAT_PHI3 ? &phi3_marks : &phi4_marks, NULL, gen_prompt, &put);
     else if (t == NV_CHAT_GRANITE) render_granite(text, m, n, o);
     else if (t == NV_CHAT_PHI4_MINI) render_phi4_mini(text, m, n, o);
     else if (t == NV_CHAT_LLAMA3) render_llama3(text, m, n, o);
@@ -622,6 +622,8 @@ static cJSON *jinja_vars(const nv_tokenizer *tok, const nv_chat_msg *m, int n, c
         if (!m[i].content || (!*m[i].content && m[i].n_calls)) cJSON_AddNullToObject(x, "content"); /* a call's none, as clients send it */
         else cJSON_AddStringToObject(x, "content", m[i].content);
         if (m[i].tool_call_id) cJSON_AddStringToObject(x, "tool_call_id", m[i].tool_call_id);
+        if (m[i].name) cJSON_AddStringToObject(x, "name", m[i].name);
+        if (m[i].reasoning) cJSON_AddStringToObject(x, "reasoning_content", m[i].reasoning);
         if (!m[i].n_calls) continue;
         cJSON *calls = cJSON_AddArrayToObject(x, "tool_calls");
         for (int k = 0; k < m[i].n_calls; k++) {
@@ -725,6 +727,12 @@ static nv_err encode_spelled(const nv_tokenizer *tok, const char *text, nv_ids *
 /* gen_prompt 0: without the assistant's header after the last message (OLMo 2's; the other
    templates' callers always want it). */
 static nv_err render(nv_chat_template t, const nv_chat_msg *m, int n, const nv_chat_opts *o, const sink *out, int gen_prompt) {
+    gen_prompt = gen_prompt && !o->no_gen_prompt;
+    if (!gen_prompt && !o->jinja && t != NV_CHAT_PLAIN && t != NV_CHAT_CHATML && t != NV_CHAT_PHI3 && t != NV_CHAT_PHI4 &&
+        t != NV_CHAT_OLMO2)
+        return nv_fail(NV_EINVAL, "add_generation_prompt false: nerve's %s renderer always ends with the assistant's header (run "
+                                  "the model's template as Jinja: serve without --no-jinja)",
+                       nv_chat_template_name(t));
     if (o->jinja) { /* the text as it is: BOS only where the template writes bos_token */
         nv_buf text = {0};
         nv_err e = jinja_text(out->tok, m, n, o, gen_prompt, &text);
@@ -739,7 +747,7 @@ static nv_err render(nv_chat_template t, const nv_chat_msg *m, int n, const nv_c
     nv_err e = NV_OK;
     int put = 0;
     if (t == NV_CHAT_OLMO2) e = render_turns(&text, m, n, o, &olmo2_marks, out, gen_prompt, &put);
-    else render_prompt(t, &text, m, n, o);
+    else render_prompt(t, &text, m, n, o, gen_prompt);
     const int bos = put ? 0 : t == NV_CHAT_OLMO2 ? SINK_BOS_ALWAYS : 1; /* (OLMo 2's template writes bos_token) */
     if (e == NV_OK && (text.len || !put))
         e = text.oom ? nv_fail(NV_ENOMEM, "chat: out of memory") : sink_put(out, text.data ? text.data : "", bos, 0);
@@ -889,7 +897,7 @@ nv_err nv_chat_render_turn(nv_chat_template t, const nv_tokenizer *tok, const nv
             nv_buf_puts(&answer, a->content);
             hermes_calls(&answer, a);
         } else { /* the answer after the prompt, as the template shows it, and the template's end marker */
-            render_prompt(t, &text, m, n - 1, o);
+            render_prompt(t, &text, m, n - 1, o, 1);
             if (t == NV_CHAT_LLAMA3) {
                 llama3_body(&answer, a);
             } else {

@@ -85,6 +85,8 @@ typedef struct {
     const nv_chat_call *calls; /* an assistant's tool calls */
     int n_calls;
     const char *tool_call_id; /* a tool result's call, or NULL (mistral writes it) */
+    const char *name;         /* the message's 'name' (a participant's, or a tool's), or NULL: templates run as Jinja see it */
+    const char *reasoning;    /* an assistant's earlier reasoning (reasoning_content), or NULL: templates run as Jinja see it */
 } nv_chat_msg;
 
 typedef struct {
@@ -95,6 +97,10 @@ typedef struct {
      * llama3 render it without what ends a turn and without a new assistant header (llama2 and
      * plain always continue it). vLLM's continue_final_message; the Anthropic API's prefill. */
     int continue_final;
+    /* add_generation_prompt false (vLLM's and llama.cpp's request field): no assistant header after the
+     * last message (run as Jinja: the variable false; chatml, phi3, phi4, olmo2 and plain render it so;
+     * nerve's other renderers refuse it) */
+    int no_gen_prompt;
     /* The model's own Jinja template, run (src/serve/jinja.c) in place of the named template's
      * renderer, which then gives only what the answer stops at and its tool calls' format. The
      * variables are transformers': messages (OpenAI's shape; an assistant's calls with their
