@@ -243,6 +243,23 @@ static void test_jinja_variables(void) {
     T_CHECK(nv_chat_render_text(NV_CHAT_LLAMA3, tok, m + 1, 1, &o, &b) == NV_EINVAL && strstr(nv_errmsg(), "add_generation_prompt false"), "%s",
             nv_errmsg());
     nv_buf_free(&b);
+    /* numbers written as floats stay floats, as json.loads keeps them (arguments and tools' schemas) */
+    {
+        nv_jinja *jf;
+        const char *tf = "{% for c in messages[0].tool_calls %}{{ c.function.arguments | tojson }} {{ c.function.arguments.days }}{% endfor %}"
+                         " {{ tools[0] | tojson }}";
+        T_CHECK(nv_jinja_parse(tf, strlen(tf), &jf) == NV_OK, "%s", nv_errmsg());
+        const nv_chat_call fc[] = {{"f", "{\"days\": 3.0, \"n\": 2, \"x\": [1e2, -0.5, \"7.0\"], \"s\": \"1.0 \\\" 2\"}", NULL}};
+        const nv_chat_msg fm[] = {{"assistant", "", fc, 1, NULL, NULL, NULL}};
+        const char *tool[] = {"{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": {\"minimum\": 0.0, \"maximum\": 10}}}"};
+        o = (nv_chat_opts){.jinja = jf, .tools = tool, .n_tools = 1};
+        T_CHECK(nv_chat_render_text(NV_CHAT_PLAIN, tok, fm, 1, &o, &b) == NV_OK && b.data &&
+                    !strcmp(b.data, "{\"days\": 3.0, \"n\": 2, \"x\": [100.0, -0.5, \"7.0\"], \"s\": \"1.0 \\\" 2\"} 3.0 "
+                                    "{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": {\"minimum\": 0.0, \"maximum\": 10}}}"),
+                "%s", b.data ? b.data : nv_errmsg());
+        nv_buf_free(&b);
+        nv_jinja_free(jf);
+    }
     /* the ids: the text's, BOS where the template wrote it and nowhere else */
     int *ids = NULL, n = 0;
     o = (nv_chat_opts){.jinja = j};

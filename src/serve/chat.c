@@ -612,6 +612,54 @@ static void render_prompt(nv_chat_template t, nv_buf *text, const nv_chat_msg *m
     else render_plain(text, m, n, o);
 }
 
+/* The next number literal of JSON text from *p on (outside strings): its start and length; 0 at the end. */
+static int next_number(const char **p, const char **start, size_t *len) {
+    for (const char *s = *p; *s; s++) {
+        if (*s == '"') { /* a string: to its closing quote */
+            for (s++; *s && *s != '"'; s++)
+                if (*s == '\\' && s[1]) s++;
+            if (!*s) break;
+            continue;
+        }
+        if (*s == '-' || (*s >= '0' && *s <= '9')) {
+            const char *e = s;
+            while (*e && strchr("+-0123456789.eE", *e)) e++;
+            *start = s, *len = (size_t)(e - s), *p = e;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* json parsed from text: each number written as a float (3.0, 1e3) made a raw node of its literal,
+ * which the Jinja engine reads as a float: json.loads keeps 3.0 a float, and templates print it so
+ * (cJSON keeps only the value). Numbers come in the tree's order as in the text's. */
+static void keep_floats(cJSON *json, const char **text) {
+    for (cJSON *c = json ? json->child : NULL; c; c = c->next) {
+        if (cJSON_IsNumber(c)) {
+            const char *at;
+            size_t n;
+            if (!next_number(text, &at, &n)) return;
+            if (memchr(at, '.', n) || memchr(at, 'e', n) || memchr(at, 'E', n)) {
+                char *lit = strndup(at, n);
+                if (lit) {
+                    cJSON_free(c->valuestring);
+                    c->valuestring = lit; /* (cJSON_Delete frees it: raw nodes hold their text there) */
+                    c->type = cJSON_Raw;
+                }
+            }
+        } else
+            keep_floats(c, text);
+    }
+}
+
+static cJSON *parse_keeping_floats(const char *text) {
+    cJSON *j = cJSON_Parse(text);
+    const char *p = text;
+    if (j && (cJSON_IsObject(j) || cJSON_IsArray(j))) keep_floats(j, &p);
+    return j;
+}
+
 /* transformers' variables for o->jinja (see nv_chat_opts) */
 static cJSON *jinja_vars(const nv_tokenizer *tok, const nv_chat_msg *m, int n, const nv_chat_opts *o, int gen_prompt) {
     cJSON *v = cJSON_CreateObject(), *msgs = cJSON_AddArrayToObject(v, "messages");
@@ -628,7 +676,7 @@ static cJSON *jinja_vars(const nv_tokenizer *tok, const nv_chat_msg *m, int n, c
         cJSON *calls = cJSON_AddArrayToObject(x, "tool_calls");
         for (int k = 0; k < m[i].n_calls; k++) {
             const nv_chat_call *c = &m[i].calls[k];
-            cJSON *call = cJSON_CreateObject(), *f = cJSON_CreateObject(), *args = cJSON_Parse(c->arguments ? c->arguments : "");
+            cJSON *call = cJSON_CreateObject(), *f = cJSON_CreateObject(), *args = parse_keeping_floats(c->arguments ? c->arguments : "");
             cJSON_AddItemToArray(calls, call);
             if (c->id) cJSON_AddStringToObject(call, "id", c->id);
             cJSON_AddStringToObject(call, "type", "function");
@@ -641,7 +689,7 @@ static cJSON *jinja_vars(const nv_tokenizer *tok, const nv_chat_msg *m, int n, c
     if (o->n_tools) {
         cJSON *tools = cJSON_AddArrayToObject(v, "tools");
         for (int i = 0; i < o->n_tools; i++) {
-            cJSON *t = cJSON_Parse(o->tools[i]);
+            cJSON *t = parse_keeping_floats(o->tools[i]);
             if (t) cJSON_AddItemToArray(tools, t);
         }
     } else

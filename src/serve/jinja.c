@@ -260,6 +260,7 @@ static void dict_setc(jctx *c, jdict *d, const char *k, jval v) {
 
 static jval of_json(jctx *c, const cJSON *j) {
     if (cJSON_IsBool(j)) return vbool(cJSON_IsTrue(j));
+    if (cJSON_IsRaw(j) && j->valuestring) return vfloat(strtod(j->valuestring, NULL)); /* a float written so (chat.c keep_floats) */
     if (cJSON_IsNumber(j)) {
         const double d = j->valuedouble;
         return d == floor(d) && fabs(d) < 9007199254740992.0 ? vint((int64_t)d) : vfloat(d);
