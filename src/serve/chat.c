@@ -775,12 +775,12 @@ static nv_err encode_spelled(const nv_tokenizer *tok, const char *text, nv_ids *
 /* gen_prompt 0: without the assistant's header after the last message (OLMo 2's; the other
    templates' callers always want it). */
 static nv_err render(nv_chat_template t, const nv_chat_msg *m, int n, const nv_chat_opts *o, const sink *out, int gen_prompt) {
-    gen_prompt = gen_prompt && !o->no_gen_prompt;
-    if (!gen_prompt && !o->jinja && t != NV_CHAT_PLAIN && t != NV_CHAT_CHATML && t != NV_CHAT_PHI3 && t != NV_CHAT_PHI4 &&
+    if (o->no_gen_prompt && !o->jinja && t != NV_CHAT_PLAIN && t != NV_CHAT_CHATML && t != NV_CHAT_PHI3 && t != NV_CHAT_PHI4 &&
         t != NV_CHAT_OLMO2)
         return nv_fail(NV_EINVAL, "add_generation_prompt false: nerve's %s renderer always ends with the assistant's header (run "
                                   "the model's template as Jinja: serve without --no-jinja)",
                        nv_chat_template_name(t));
+    gen_prompt = gen_prompt && !o->no_gen_prompt;
     if (o->jinja) { /* the text as it is: BOS only where the template writes bos_token */
         nv_buf text = {0};
         nv_err e = jinja_text(out->tok, m, n, o, gen_prompt, &text);
