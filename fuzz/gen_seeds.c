@@ -618,6 +618,13 @@ static void api(void) {
                                  "\"format\":\"json\",\"options\":{\"num_predict\":-1,\"seed\":7,\"top_k\":40}}"},
         {"ollama_context.json", "{\"model\":\"stories260K\",\"system\":\"Tell stories.\",\"prompt\":\"And then?\","
                                 "\"context\":[1,403,407,261,378],\"think\":false}"},
+        /* /v1/rerank, /v2/rerank and /v1/score (every body is parsed as each), a message's name and reasoning */
+        {"rerank.json", "{\"model\":\"stories260K\",\"query\":\"Who was sad?\",\"documents\":[\"Tom was sad.\",{\"text\":\"A dog.\"}],"
+                        "\"top_n\":1,\"return_documents\":true,\"max_tokens_per_doc\":3}"},
+        {"score.json", "{\"text_1\":[\"q\"],\"text_2\":[\"a\",\"b\"]}"},
+        {"chat_reasoning.json", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\",\"name\":\"ann\"},{\"role\":\"assistant\","
+                                "\"content\":\"y\",\"reasoning_content\":\"hmm\"},{\"role\":\"user\",\"content\":\"z\"}],"
+                                "\"add_generation_prompt\":false}"},
     };
     for (size_t i = 0; i < sizeof bodies / sizeof bodies[0]; i++)
         put("api", bodies[i][0], bodies[i][1], strlen(bodies[i][1]));

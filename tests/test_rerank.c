@@ -85,13 +85,19 @@ static void test_rerank_parse(void) {
                 encodes(tok, r.ids[0], r.n_ids[0], "Q: cat\nD: the {query} dog\nI: inst") && encodes(tok, r.ids[1], r.n_ids[1], "Q: cat\nD: b\nI: inst"),
             "the prompts");
     nv_rerank_req_free(&r);
+    /* Cohere's max_tokens_per_doc: the document's first tokens are scored (it is returned whole) */
+    int *ids = NULL, n = 0, n_doc = 0;
+    T_CHECK(nv_tokenizer_encode(tok, "once upon a time there was", 0, 0, &ids, &n_doc) == NV_OK && n_doc > 4, "the document's tokens");
+    free(ids);
+    body = "{\"query\": \"cat\", \"documents\": [\"once upon a time there was\"], \"top_n\": 5}";
+    T_CHECK(nv_rerank_parse(&ctx, &rk, NV_RERANK_COHERE, body, strlen(body), &r, &e) == 0, "%s", e.message);
+    n = r.n ? r.n_ids[0] : 0;
+    nv_rerank_req_free(&r);
     body = "{\"query\": \"cat\", \"documents\": [\"once upon a time there was\"], \"max_tokens_per_doc\": 2, \"top_n\": 5}";
     T_CHECK(nv_rerank_parse(&ctx, &rk, NV_RERANK_COHERE, body, strlen(body), &r, &e) == 0, "%s", e.message);
-    int *ids = NULL, n = 0;
-    T_CHECK(r.n == 1 && r.top_n == 1 && r.return_documents == 0 && strlen(r.docs[0]) > 0 && !strncmp("once upon a time there was", r.docs[0], strlen(r.docs[0])) &&
-                nv_tokenizer_encode(tok, r.docs[0], 0, 0, &ids, &n) == NV_OK && n == 2,
-            "max_tokens_per_doc: '%s' (%d tokens)", r.n ? r.docs[0] : "", n);
-    free(ids);
+    T_CHECK(r.n == 1 && r.top_n == 1 && r.return_documents == 0 && !strcmp(r.docs[0], "once upon a time there was") &&
+                abs(r.n_ids[0] - (n - (n_doc - 2))) <= 1,
+            "max_tokens_per_doc: %d prompt tokens, %d whole (the document %d)", r.n ? r.n_ids[0] : -1, n, n_doc);
     nv_rerank_req_free(&r);
     /* /score: one against many, or pair by pair */
     body = "{\"text_1\": [\"q1\", \"q2\"], \"text_2\": [\"d1\", \"d2\"]}";
@@ -100,9 +106,17 @@ static void test_rerank_parse(void) {
             "pairs");
     nv_rerank_req_free(&r);
     body = "{\"text_1\": \"q\", \"text_2\": [\"d1\", \"d2\", \"d3\"]}";
-    T_CHECK(nv_rerank_parse(&ctx, &rk, NV_RERANK_SCORE, body, strlen(body), &r, &e) == 0 && r.n == 3 &&
+    T_CHECK(nv_rerank_parse(&ctx, &rk, NV_RERANK_SCORE, body, strlen(body), &r, &e) == 0 && r.n == 3 && r.one_query &&
                 encodes(tok, r.ids[2], r.n_ids[2], "Q: q\nD: d3\nI: inst"),
             "one against many");
+    nv_rerank_req_free(&r);
+    body = "{\"text_1\": [\"q\"], \"text_2\": [\"d1\", \"d2\"]}"; /* a list of one: one against many too (vLLM's) */
+    T_CHECK(nv_rerank_parse(&ctx, &rk, NV_RERANK_SCORE, body, strlen(body), &r, &e) == 0 && r.n == 2 && r.one_query &&
+                encodes(tok, r.ids[1], r.n_ids[1], "Q: q\nD: d2\nI: inst"),
+            "a list of one against many");
+    nv_rerank_req_free(&r);
+    body = "{\"query\": \"q\", \"documents\": [\"a\", \"b\"], \"top_n\": 1e10, \"max_tokens_per_doc\": 1e12}";
+    T_CHECK(nv_rerank_parse(&ctx, &rk, NV_RERANK_COHERE, body, strlen(body), &r, &e) == 0 && r.top_n == 2, "huge counts: %s", e.message);
     nv_rerank_req_free(&r);
     /* what is refused */
     T_CHECK(parse_fails(&ctx, &rk, NV_RERANK_JINA, "{\"documents\": [\"a\"]}", 400, "query", "'query' must be a non-empty string"), "no query");
@@ -130,11 +144,20 @@ static void test_rerank_parse(void) {
     nv_buf_puts(&many, "]}");
     T_CHECK(parse_fails(&ctx, &rk, NV_RERANK_JINA, many.data, 400, "documents", "1 to 1000"), "1001 documents");
     nv_buf_free(&many);
+    /* a document past the context is cut to fit (the one returned is as given); a query past it is a 400 */
     nv_buf big = {0};
     nv_buf_puts(&big, "{\"query\": \"q\", \"documents\": [\"a\", \"");
     for (int i = 0; i < 500; i++) nv_buf_puts(&big, "dog ");
     nv_buf_puts(&big, "\"]}");
-    T_CHECK(parse_fails(&ctx, &rk, NV_RERANK_JINA, big.data, 400, "documents", "'documents[1]'"), "a prompt past the context");
+    T_CHECK(nv_rerank_parse(&ctx, &rk, NV_RERANK_JINA, big.data, big.len, &r, &e) == 0 && r.n == 2 && r.n_ids[1] <= 400 && r.n_ids[1] > 300 &&
+                strlen(r.docs[1]) == 2000 && !memcmp(r.ids[1], r.ids[0], 4 * sizeof(int)),
+            "a long document cut to fit: %d tokens (%s)", r.n ? r.n_ids[1] : -1, e.message);
+    if (!e.status) nv_rerank_req_free(&r);
+    nv_buf_free(&big);
+    nv_buf_puts(&big, "{\"query\": \"");
+    for (int i = 0; i < 500; i++) nv_buf_puts(&big, "dog ");
+    nv_buf_puts(&big, "\", \"documents\": [\"a\"]}");
+    T_CHECK(parse_fails(&ctx, &rk, NV_RERANK_JINA, big.data, 400, "query", "context length"), "a query past the context");
     nv_buf_free(&big);
     nv_rerank off;
     T_CHECK(nv_rerank_init(&off, tok, 0, NULL, NULL, NULL) == NV_OK, "off");
@@ -246,7 +269,8 @@ static void test_rerank_serve(void) {
     static const char tmpl[] = "Q: {query}\nStory: {document}\nAnswer:";
     const char *file = t_write("rerank.txt", tmpl, strlen(tmpl));
     char args[4400];
-    snprintf(args, sizeof args, "--rerank-tokens the,a --rerank-template '%s' --kv-memory 16M --kv-disk-cache 0", file);
+    /* prompts prefilled 7 rows a step: a pair's last row is in its last chunk */
+    snprintf(args, sizeof args, "--rerank-tokens the,a --rerank-template '%s' --kv-memory 16M --kv-disk-cache 0 --prefill-chunk 7", file);
     server s;
     if (!server_spawn(&s, "rerank_serve", NULL, NULL, m, z, args, 30)) {
         T_CHECK(0, "the server did not start");

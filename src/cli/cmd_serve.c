@@ -520,6 +520,8 @@ int cli_serve_run(int argc, char **argv, const cli_serve_job *job) {
             nv_warn("%s: its rerank template holds no {query} and {document}: ignored (the chat template makes rerank prompts)", model_path);
             free(rerank_text), rerank_text = NULL;
         }
+        if (rerank_instruction && rerank_text && !strstr(rerank_text, "{instruction}"))
+            nv_warn("--rerank-instruction: the rerank template has no {instruction}: the instruction is not used");
         const nv_err re = nv_rerank_init(&rerank, tok, model.n_cls_head, rerank_tokens, rerank_text, rerank_instruction);
         free(rerank_text);
         if (re != NV_OK) {

@@ -1286,8 +1286,12 @@ static nv_err take_cls_head(const nv_gguf *g, nv_model *m) {
     if (!w) return b ? nv_fail(NV_EFORMAT, "%s: cls.output.bias without cls.output.weight", g->path) : NV_OK;
     const int d = m->config.dim;
     const uint64_t rows = w->n_dims == 1 ? 1 : w->dims[1];
-    if (w->n_dims > 2 || w->dims[0] != (uint64_t)d || rows < 1 || rows > MAX_CLS_ROWS)
-        return nv_fail(NV_EFORMAT, "%s: cls.output.weight is not [%d][1..%d]", g->path, d, MAX_CLS_ROWS);
+    if (w->n_dims > 2 || w->dims[0] != (uint64_t)d || rows < 1)
+        return nv_fail(NV_EFORMAT, "%s: cls.output.weight is not [%d][rows]", g->path, d);
+    if (rows > MAX_CLS_ROWS) { /* a classifier of many labels: not a reranker's; the language model loads */
+        nv_warn("%s: its classification head (cls.output) has %llu outputs: ignored", g->path, (unsigned long long)rows);
+        return NV_OK;
+    }
     if (b && (b->n_dims != 1 || b->dims[0] != rows))
         return nv_fail(NV_EFORMAT, "%s: cls.output.bias does not have cls.output.weight's %d rows", g->path, (int)rows);
     if (!w->bytes || (b && !b->bytes))

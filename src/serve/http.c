@@ -1527,7 +1527,7 @@ static enum MHD_Result rerank(nv_http *h, struct MHD_Connection *c, conn_ctx *cc
                           .adapter = in.adapter, .adapter_gen = in.adapter_gen};
     memcpy(base.score_tok, h->o.rerank->tok, sizeof base.score_tok);
     if (!relevance) ret = fail(h, c, cc, 500, "server_error", NULL, "out of memory");
-    else if (run_prompts(h, c, cc, &base, in.ids, in.n_ids, in.n, 1, take_relevance, relevance, &prompt_tokens, &ret))
+    else if (run_prompts(h, c, cc, &base, in.ids, in.n_ids, in.n, in.one_query, take_relevance, relevance, &prompt_tokens, &ret))
         ret = respond(h, c, cc, 200, "application/json", nv_rerank_response(&in, relevance, (int)prompt_tokens), NULL, NULL);
     if (in.adapter) nv_adapters_unpin(h->ctx.adapters, in.adapter);
     nv_rerank_req_free(&in);

@@ -6,6 +6,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "serve/sched.h"
+
 #include "base/buf.h"
 #include "serve/tools.h"
 #include <cjson/cJSON.h>
@@ -110,6 +112,13 @@ static int pair_prompt(const nv_api_ctx *ctx, const nv_rerank *rk, const char *q
         const nv_chat_msg msgs[2] = {{.role = "system", .content = judge_system}, {.role = "user", .content = text.data}};
         const nv_chat_opts o = {.no_think = 1, .jinja = ctx->jinja};
         e = nv_chat_render_opts(ctx->tmpl, ctx->tok, msgs, 2, &o, ids, n);
+        if (e == NV_EINVAL) { /* a template that takes no system message (Gemma 2's raises): the instructions open the user's */
+            nv_buf both = {0};
+            nv_buf_printf(&both, "%s\n\n%s", judge_system, text.data);
+            const nv_chat_msg one = {.role = "user", .content = both.data ? both.data : ""};
+            e = both.oom ? nv_fail(NV_ENOMEM, "out of memory") : nv_chat_render_opts(ctx->tmpl, ctx->tok, &one, 1, &o, ids, n);
+            nv_buf_free(&both);
+        }
     }
     nv_buf_free(&text);
     if (e == NV_OK) return 0;
@@ -118,10 +127,19 @@ static int pair_prompt(const nv_api_ctx *ctx, const nv_rerank *rk, const char *q
     return err->status;
 }
 
-/* doc cut to its first max_tokens tokens (Cohere's max_tokens_per_doc), malloc'd; NULL when out of memory. */
+/* The number of tokens of doc (encoded as it is in a prompt, without BOS). */
+static int doc_tokens(const nv_tokenizer *tok, const char *doc) {
+    int *ids = NULL, n = 0;
+    if (nv_tokenizer_encode(tok, doc, 0, 0, &ids, &n) != NV_OK) n = 0;
+    free(ids);
+    return n;
+}
+
+/* doc cut to its first max_tokens tokens (< 0: as it is), without a character cut in two, malloc'd;
+ * NULL when out of memory. */
 static char *doc_cut(const nv_tokenizer *tok, const char *doc, int max_tokens) {
     int *ids = NULL, n = 0;
-    if (max_tokens <= 0 || nv_tokenizer_encode(tok, doc, 0, 0, &ids, &n) != NV_OK || n <= max_tokens) {
+    if (max_tokens < 0 || nv_tokenizer_encode(tok, doc, 0, 0, &ids, &n) != NV_OK || n <= max_tokens) {
         free(ids);
         return strdup(doc);
     }
@@ -132,7 +150,17 @@ static char *doc_cut(const nv_tokenizer *tok, const char *doc, int max_tokens) {
         nv_buf_free(&b);
         return NULL;
     }
-    return b.data ? nv_buf_take(&b) : strdup("");
+    if (!b.data) return strdup("");
+    b.len -= nv_utf8_incomplete_tail(b.data, b.len); /* a byte-level token may end inside a character */
+    b.data[b.len] = 0;
+    return nv_buf_take(&b);
+}
+
+/* A whole number >= lo in v, clamped to hi: 1 and *out; 0 when v is not one. */
+static int count_field(const cJSON *v, double lo, int hi, int *out) {
+    if (!cJSON_IsNumber(v) || !(v->valuedouble >= lo) || v->valuedouble != floor(v->valuedouble)) return 0;
+    *out = v->valuedouble >= hi ? hi : (int)v->valuedouble;
+    return 1;
 }
 
 void nv_rerank_req_free(nv_rerank_req *r) {
@@ -207,32 +235,56 @@ int nv_rerank_parse(const nv_api_ctx *ctx, const nv_rerank *rk, nv_rerank_api ap
         else if (d_single) nv_api_error_set(err, E400, NULL, dkey, "'documents' must be a list"), rc = err->status;
         q_single = 1;
     }
-    if (!rc && top_n && !(cJSON_IsNumber(top_n) && top_n->valuedouble >= 0 && top_n->valuedouble == (int)top_n->valuedouble))
+    int n_top = nd, per_doc = api == NV_RERANK_COHERE ? 4096 : -1; /* (Cohere's default) */
+    if (!rc && top_n && !count_field(top_n, 0, nd, &n_top))
         nv_api_error_set(err, E400, NULL, "top_n", "'top_n' must be an integer >= 0"), rc = err->status;
     if (!rc && ret && !cJSON_IsBool(ret))
         nv_api_error_set(err, E400, NULL, "return_documents", "'return_documents' must be a boolean"), rc = err->status;
-    if (!rc && cut && !(cJSON_IsNumber(cut) && cut->valuedouble >= 1 && cut->valuedouble == (int)cut->valuedouble))
+    if (!rc && cut && !count_field(cut, 1, 1 << 30, &per_doc))
         nv_api_error_set(err, E400, NULL, "max_tokens_per_doc", "'max_tokens_per_doc' must be an integer >= 1"), rc = err->status;
     if (!rc) {
         out->n = nd;
-        out->top_n = top_n && top_n->valuedouble >= 1 && top_n->valuedouble < nd ? (int)top_n->valuedouble : nd;
+        out->top_n = n_top >= 1 ? n_top : nd;
+        out->one_query = q_single || nq == 1;
         out->return_documents = ret ? cJSON_IsTrue(ret) : api == NV_RERANK_JINA;
         if (!(out->ids = calloc((size_t)nd, sizeof *out->ids)) || !(out->n_ids = calloc((size_t)nd, sizeof *out->n_ids)) ||
             !(out->docs = calloc((size_t)nd, sizeof *out->docs)))
             rc = nv_api_oom(err);
     }
+    const long limit = ctx->seq_len < ctx->capacity ? ctx->seq_len : ctx->capacity;
+    long total = 0;
     for (int i = 0; !rc && i < nd; i++) {
-        const char *query = text_at(q, q_single, q_single ? 0 : i);
-        if (!(out->docs[i] = doc_cut(ctx->tok, text_at(docs, d_single, i), cut ? (int)cut->valuedouble : 0))) {
+        const char *query = text_at(q, q_single, out->one_query ? 0 : i), *given = text_at(docs, d_single, i);
+        char *doc = doc_cut(ctx->tok, given, per_doc);
+        if (!doc || !(out->docs[i] = strdup(given))) {
+            free(doc);
             rc = nv_api_oom(err);
             break;
         }
-        if ((rc = pair_prompt(ctx, rk, query, out->docs[i], &out->ids[i], &out->n_ids[i], err))) break;
-        if (out->n_ids[i] > ctx->seq_len || out->n_ids[i] > ctx->capacity) {
-            nv_api_error_set(err, E400, "context_length_exceeded", dkey,
-                             "This model's maximum context length is %d tokens (%ld fit the KV pool), but the prompt of "
-                             "'%s[%d]' has %d",
-                             ctx->seq_len, ctx->capacity, dkey, i, out->n_ids[i]);
+        /* a prompt past the context: the document cut to fit (its last tokens dropped), as Jina and
+           Cohere cut long documents; the query's prompt alone past it is the request's 400 */
+        for (int tries = 0; !rc; tries++) {
+            free(out->ids[i]), out->ids[i] = NULL;
+            if ((rc = pair_prompt(ctx, rk, query, doc, &out->ids[i], &out->n_ids[i], err))) break;
+            if (out->n_ids[i] <= limit) break;
+            const int have = doc_tokens(ctx->tok, doc), keep = have - (int)(out->n_ids[i] - limit) - 4 * tries;
+            if (!*doc || tries == 8) {
+                nv_api_error_set(err, E400, "context_length_exceeded", qkey,
+                                 "This model's maximum context length is %d tokens (%ld fit the KV pool), but the prompt of "
+                                 "'%s%s' with %s alone has %d",
+                                 ctx->seq_len, ctx->capacity, qkey, out->one_query ? "" : "[i]", *doc ? "a part of its document" : "an empty document",
+                                 out->n_ids[i]);
+                rc = err->status;
+                break;
+            }
+            char *shorter = doc_cut(ctx->tok, doc, keep > 0 ? keep : 0);
+            free(doc);
+            if (!(doc = shorter)) rc = nv_api_oom(err);
+        }
+        free(doc);
+        total += out->n_ids[i];
+        if (!rc && total > NV_RERANK_MAX_TOKENS) {
+            nv_api_error_set(err, E400, "context_length_exceeded", dkey, "The prompts of this request's pairs come to more than %d tokens", NV_RERANK_MAX_TOKENS);
             rc = err->status;
         }
     }

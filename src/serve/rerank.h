@@ -26,8 +26,9 @@
 
 #include "serve/api.h"
 
-/* Documents (or pairs) one request may score. */
+/* Documents (or pairs) one request may score, and the tokens of all their prompts. */
 #define NV_RERANK_MAX_DOCS 1000
+#define NV_RERANK_MAX_TOKENS (1 << 22)
 
 typedef enum { NV_RERANK_JINA = 0, NV_RERANK_COHERE, NV_RERANK_SCORE } nv_rerank_api;
 
@@ -55,7 +56,8 @@ typedef struct {
     nv_rerank_api api;
     int n;            /* prompts (pairs) */
     int **ids, *n_ids; /* each pair's prompt */
-    char **docs;      /* each pair's document text (as scored), for return_documents */
+    char **docs;      /* each pair's document as given, for return_documents */
+    int one_query;    /* every pair's query is the same (its prompts open alike) */
     int top_n;        /* results kept, best first (n: all) */
     int return_documents;
     int adapter;
