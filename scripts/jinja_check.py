@@ -114,6 +114,9 @@ T = [
  "{{ 'a\nb\r\nc\rd'.splitlines() }} {{ 'a\nb\r\nc\n'.splitlines(true) }} {{ 'x\u2028y\x0bz'.splitlines() }} {{ ''.splitlines() }} {{ '\n'.splitlines(keepends=true) }}",
  "{{ 'ff' | int(base=16) }} {{ '0x1f' | int(0, 16) }} {{ '0b101' | int(0, 0) }} {{ ' 1_000 ' | int }} {{ '1.5' | int }} {{ 'zz' | int(7) }} {{ '-12' | int }} {{ '1__0' | int(3) }} {{ '077' | int(5, 0) }} {{ '0o17' | int(base=8) }} {{ 'ff' | int(base=40) }} {{ {1: 2} | tojson(sort_keys=true) }}",
  "{{ (1,) + (2,) }} {{ (1, 2) + () }} {{ [1] + [2] }} {{ ((1,) + (2, 3)) | length }}",
+ "{{ 50001 | round(-5) }} {{ 50001.0 | round(-5) }} {{ 150 | round(-2) }} {{ 250 | round(-2) }} {{ -250 | round(-2) }} {{ 12345.678 | round(-2) }} {{ 12345.678 | round(-2, 'floor') }} {{ 7 | round(-1, 'ceil') }} {{ 5 | round(-20) }}",
+ "{{ '0x1A' | int }} {{ '0x1p3' | int }} {{ ' 1_0.5 ' | int }} {{ 'nan' | int(3) }} {{ '1e3' | int }} {{ '-2.7' | int }} {{ '1__0.5' | int }}",
+ "{{ [{0: 'a'}, {0: 'b'}] | map(attribute='0') | list }} {{ [{'0': 'a'}] | map(attribute='0') | select('defined') | list }} {{ [[5, 6]] | map(attribute='1') | list }} {{ {'a': 1}[[1]] is defined }} {{ {'a': 1}[{}] is defined }}",
 ]
 ERR = [
  ("{{ raise_exception('Conversation roles must alternate') }}", "Conversation roles must alternate"),
@@ -130,7 +133,7 @@ ERR = [
 LIMITS = [
  ("{% for i in range(100000000) %}{% endfor %}", "range"), ("{% macro r() %}{{ r() }}{% endmacro %}{{ r() }}", "deep"),
  ("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}", "steps"),
- ("{{ 'x' * 100000000 }}", "16 MB"), ("{{ 9223372036854775807 + 1 }}", "overflow"),
+ ("{{ 'x' * 100000000 }}", "16 MB"), ("{{ 9223372036854775807 + 1 }}", "overflow"), ("{{ 9223372036854775807 | round(-1) }}", "overflow"),
  ("{% set ns = namespace(s='xxxxxxxxxxxxxxxx') %}{% for i in range(30) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}", "16 MB"),
  ("{% set ns = namespace(a=1) %}{% set ns.a = ns %}{{ ns }}", "nested"),
  ("{{ x" + ".a" * 3000 + " }}", "nested"), ("{{ 1" + " ~ 1" * 3000 + " }}", "nested"), ("{{ 'x'" + " | trim" * 3000 + " }}", "nested"),

@@ -948,13 +948,15 @@ static void test_kquant_writers(void) {
 }
 
 /* nerve serve runs the chat template a GGUF model declares as Jinja, its markers naming the stops and
- * the tool calls' form (--no-jinja: nerve's renderer of the template they name; one of nerve's own
- * templates exactly: its renderer), unless --chat-template says otherwise. */
+ * the tool calls' form, unless the template would lose what nerve's renderer of the template they name
+ * keeps (a system message, tools, calls and results; a generation prompt that opens a think block) or
+ * --no-jinja says so (then that renderer; one of nerve's own templates exactly: its renderer), unless
+ * --chat-template says otherwise. */
 static void test_serve_declared_template(void) {
     struct {
         const char *tmpl, *args, *want;
-    } cases[] = {{"{% for m in messages %}<|im_start|>{{ m.role }}{% endfor %}", "", "run as Jinja (stops and tool calls as chatml)"},
-                 {"{{ bos_token }}[INST] {{ m.content }} [/INST]", "", "run as Jinja (stops and tool calls as llama2)"},
+    } cases[] = {{"{% for m in messages %}<|im_start|>{{ m.role }}{% endfor %}", "", "chat template chatml"},
+                 {"{{ bos_token }}[INST] {{ m.content }} [/INST]", "", "chat template llama2"},
                  {"{% for m in messages %}<|im_start|>{{ m.role }}{% endfor %}", "--no-jinja", "chat template chatml,"},
                  /* recognised but not runnable: the renderer, with a warning */
                  {"{% for m in messages %}<|im_start|>{{ m.role }", "", "chatml renderer instead"},
@@ -962,42 +964,60 @@ static void test_serve_declared_template(void) {
                  {"{{ m.content }}", "", "chat template the model's own, run as Jinja"},
                  {"{{ m.content ", "", "chat template plain"},
                  {"{{bos_token}}{{ns.system_prompt}}{{'<\xef\xbd\x9c" "User\xef\xbd\x9c>' + message['content']}}{{'<\xef\xbd\x9c"
-                  "Assistant\xef\xbd\x9c>' + content}}", "", "(stops and tool calls as deepseek) (reasoning to reasoning_content)"},
-                 {"<\xef\xbd\x9c" "Assistant\xef\xbd\x9c>", "--reasoning-format none", "(stops and tool calls as deepseek), KV"},
+                  "Assistant\xef\xbd\x9c>' + content}}", "", "chat template deepseek (reasoning to reasoning_content)"},
+                 {"<\xef\xbd\x9c" "Assistant\xef\xbd\x9c>", "--reasoning-format none", "chat template deepseek, KV"},
                  {"<|im_start|>", "--chat-template llama2", "chat template llama2"},
                  /* Phi-3-mini-4k-instruct's own */
                  {"{% for message in messages %}{% if message['role'] == 'system' %}{{'<|system|>\n' + message['content'] + "
                   "'<|end|>\n'}}{% elif message['role'] == 'user' %}{{'<|user|>\n' + message['content'] + '<|end|>\n'}}"
                   "{% elif message['role'] == 'assistant' %}{{'<|assistant|>\n' + message['content'] + '<|end|>\n'}}{% endif %}"
                   "{% endfor %}{% if add_generation_prompt %}{{ '<|assistant|>\n' }}{% else %}{{ eos_token }}{% endif %}",
-                  "", "(stops and tool calls as phi3)"},
+                  "", "chat template phi3"},
                  /* Phi-4-mini-instruct's own */
                  {"{% for message in messages %}{% if message['role'] == 'system' and 'tools' in message and message['tools'] is not "
                   "none %}{{ '<|' + message['role'] + '|>' + message['content'] + '<|tool|>' + message['tools'] + '<|/tool|>' + "
                   "'<|end|>' }}{% else %}{{ '<|' + message['role'] + '|>' + message['content'] + '<|end|>' }}{% endif %}{% endfor %}"
                   "{% if add_generation_prompt %}{{ '<|assistant|>' }}{% else %}{{ eos_token }}{% endif %}",
-                  "", "(stops and tool calls as phi4-mini)"},
+                  "", "chat template phi4-mini"},
                  /* Phi-4's own */
                  {"{% for message in messages %}{% if (message['role'] == 'system') %}{{'<|im_start|>system<|im_sep|>' + "
                   "message['content'] + '<|im_end|>'}}{% elif (message['role'] == 'user') %}{{'<|im_start|>user<|im_sep|>' + "
                   "message['content'] + '<|im_end|>'}}{% elif (message['role'] == 'assistant') %}{{'<|im_start|>assistant<|im_sep|>' + "
                   "message['content'] + '<|im_end|>'}}{% endif %}{% endfor %}{% if add_generation_prompt %}{{ "
                   "'<|im_start|>assistant<|im_sep|>' }}{% endif %}",
-                  "", "(stops and tool calls as phi4)"},
+                  "", "chat template phi4,"},
                  /* SmolLM3's (the lines of its system turn that tell it) */
                  {"{{- \"<|im_start|>system\\n\" -}}{{- \"## Metadata\\n\\n\" -}}{{- \"Knowledge Cutoff Date: June 2025\\n\" -}}"
-                  "{{- \"Reasoning Mode: \" + reasoning_mode + \"\\n\\n\" -}}", "", "(stops and tool calls as smollm3)"},
+                  "{{- \"Reasoning Mode: \" + reasoning_mode + \"\\n\\n\" -}}", "", "chat template smollm3"},
                  /* OLMo-2-1124-13B-Instruct's own (Tulu 3's): Phi-3's roles without <|end|> */
                  {"{{ bos_token }}{% for message in messages %}{% if message['role'] == 'system' %}{{ '<|system|>\n' + message['content'] + "
                   "'\n' }}{% elif message['role'] == 'user' %}{{ '<|user|>\n' + message['content'] + '\n' }}{% elif message['role'] == "
                   "'assistant' %}{% if not loop.last %}{{ '<|assistant|>\n'  + message['content'] + eos_token + '\n' }}{% else %}{{ "
                   "'<|assistant|>\n'  + message['content'] + eos_token }}{% endif %}{% endif %}{% if loop.last and add_generation_prompt "
                   "%}{{ '<|assistant|>\n' }}{% endif %}{% endfor %}",
-                  "", "(stops and tool calls as olmo2)"},
+                  "", "chat template olmo2"},
                  /* GLM's: OLMo 2's role markers, but a prompt and calls of its own: none nerve knows */
                  {"[gMASK]<sop>{% for m in messages %}<|{{ m.role }}|>{{ m.content }}{% endfor %}<|assistant|>", "", "run as Jinja, KV"},
                  /* exactly nerve's own template: its renderer */
-                 {NULL, "", "chat template chatml,"}};
+                 {NULL, "", "chat template chatml,"},
+                 /* a ChatML template that shows a system message, tools, calls and results: run as it is written */
+                 {"{%- if tools %}<|im_start|>system\n{{ tools | tojson }}<|im_end|>\n{% endif %}{%- for m in messages %}<|im_start|>"
+                  "{{ m.role }}\n{{ m.content or '' }}{% for c in m.tool_calls or [] %}{{ c.function | tojson }}{% endfor %}<|im_end|>\n"
+                  "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}",
+                  "", "run as Jinja (stops and tool calls as chatml)"},
+                 /* the same opening a think block in its generation prompt: the renderer (nerve reads reasoning from <think>) */
+                 {"{%- if tools %}<|im_start|>system\n{{ tools | tojson }}<|im_end|>\n{% endif %}{%- for m in messages %}<|im_start|>"
+                  "{{ m.role }}\n{{ m.content or '' }}{% for c in m.tool_calls or [] %}{{ c.function | tojson }}{% endfor %}<|im_end|>\n"
+                  "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n<think>\n{% endif %}",
+                  "", "opens a think block in its prompt: nerve's chatml renderer instead"},
+                 /* a Gemma-marked one that refuses a system message: Gemma's renderer (which folds it into the first turn) */
+                 {"{% for m in messages %}{% if m.role == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}"
+                  "<start_of_turn>{{ m.role }}\n{{ m.content }}<end_of_turn>\n{% endfor %}<start_of_turn>model\n",
+                  "", "takes no system message: nerve's gemma renderer instead"},
+                 /* --jinja runs it all the same */
+                 {"{% for m in messages %}{% if m.role == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}"
+                  "<start_of_turn>{{ m.role }}\n{{ m.content }}<end_of_turn>\n{% endfor %}<start_of_turn>model\n",
+                  "--jinja", "run as Jinja (stops and tool calls as gemma)"}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const char *p = t_path("chat.gguf");
         gguf_write_model_ex(p, "llama", 3, 1, cases[i].tmpl ? cases[i].tmpl : nv_chat_template_jinja(NV_CHAT_CHATML));

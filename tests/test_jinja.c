@@ -375,6 +375,18 @@ static void test_jinja_serve(void) {
     T_CHECK(answers(s.port, "/apply-template", "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}]}", 200,
                     "\"prompt\":\"<s><|im_start|>user\\nHi<|im_end|>\\n<|im_start|>assistant\\n\""),
             "--jinja");
+    /* numbers written as floats stay floats through a request: a tool's schema, a call's arguments */
+    T_CHECK(answers(s.port, "/apply-template",
+                    "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}, {\"role\": \"assistant\", \"content\": null, \"tool_calls\": "
+                    "[{\"id\": \"c\", \"type\": \"function\", \"function\": {\"name\": \"f\", \"arguments\": \"{\\\"x\\\": 2.0}\"}}]}], \"tools\": "
+                    "[{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": {\"type\": \"object\", \"properties\": {\"x\": "
+                    "{\"type\": \"number\", \"minimum\": 1.0, \"maximum\": 1e2, \"default\": 3}}}}}]}",
+                    200, "\\\"minimum\\\": 1.0, \\\"maximum\\\": 100.0, \\\"default\\\": 3}") &&
+                answers(s.port, "/apply-template",
+                        "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}, {\"role\": \"assistant\", \"content\": null, \"tool_calls\": "
+                        "[{\"id\": \"c\", \"type\": \"function\", \"function\": {\"name\": \"f\", \"arguments\": \"{\\\"x\\\": 2.0}\"}}]}]}",
+                        200, "{\\\"x\\\": 2.0}"),
+            "floats kept");
     T_CHECK(server_stop_within(&s, 30) == 0, "stop");
 }
 

@@ -7,6 +7,8 @@
 #include <sys/stat.h>
 
 #include "base/file.h"
+#include <cjson/cJSON.h>
+
 #include "base/log.h"
 #include "cli/cli.h"
 #include "model/gguf.h"
@@ -184,6 +186,46 @@ char *cli_gguf_named_template(const char *model_path, const char *name) {
     return text;
 }
 
+/* What a template run as written would lose against nerve's renderer of the template its markers name
+ * (llama.cpp probes templates the same way before it runs them): a system message it refuses or
+ * drops, tools it does not show, a call or its result it refuses or drops, or a generation prompt
+ * that opens a think block (nerve reads an answer's reasoning from its <think>); NULL when none. */
+static const char *jinja_lacks(const nv_jinja *prog) {
+    static const char *const probes[][2] = {
+        {"[{\"role\": \"system\", \"content\": \"probe_system\"}, {\"role\": \"user\", \"content\": \"probe_user\"}]",
+         "takes no system message"},
+        {"[{\"role\": \"user\", \"content\": \"probe_user\"}]", "shows no tools"},
+        {"[{\"role\": \"user\", \"content\": \"probe_user\"}, {\"role\": \"assistant\", \"content\": null, \"tool_calls\": [{\"id\": "
+         "\"abc123def\", \"type\": \"function\", \"function\": {\"name\": \"probe_call\", \"arguments\": {\"x\": 1}}}]}, {\"role\": "
+         "\"tool\", \"tool_call_id\": \"abc123def\", \"content\": \"probe_result\"}]",
+         "takes no tool calls and results"}};
+    static const char *const wants[][2] = {{"probe_system", "probe_user"}, {"probe_tool", "probe_user"}, {"probe_call", "probe_result"}};
+    const char *lack = NULL;
+    for (size_t i = 0; i < sizeof probes / sizeof *probes && !lack; i++) {
+        cJSON *vars = cJSON_CreateObject();
+        cJSON_AddItemToObject(vars, "messages", cJSON_Parse(probes[i][0]));
+        cJSON_AddItemToObject(vars, "tools", i == 1 ? cJSON_Parse("[{\"type\": \"function\", \"function\": {\"name\": \"probe_tool\", "
+                                                                 "\"description\": \"d\", \"parameters\": {\"type\": \"object\", "
+                                                                 "\"properties\": {}}}}]")
+                                                    : cJSON_CreateNull());
+        cJSON_AddStringToObject(vars, "bos_token", "<s>");
+        cJSON_AddStringToObject(vars, "eos_token", "</s>");
+        cJSON_AddBoolToObject(vars, "add_generation_prompt", 1);
+        nv_buf out = {0};
+        const nv_err e = nv_jinja_render(prog, vars, &out);
+        cJSON_Delete(vars);
+        const char *text = out.data ? out.data : "";
+        if (e != NV_OK || !strstr(text, wants[i][0]) || !strstr(text, wants[i][1])) lack = probes[i][1];
+        else if (i == 0) { /* the generation prompt's end, white space aside */
+            size_t n = out.len;
+            while (n && (text[n - 1] == '\n' || text[n - 1] == ' ')) n--;
+            if (n >= 7 && !memcmp(text + n - 7, "<think>", 7)) lack = "opens a think block in its prompt";
+        }
+        nv_buf_free(&out);
+    }
+    return lack;
+}
+
 int cli_chat_template(const char *cmd, const char *model_path, const char *name, const char *file, int jinja, nv_chat_template *tmpl,
                       nv_jinja **prog, char **text_out) {
     *prog = NULL;
@@ -212,8 +254,10 @@ int cli_chat_template(const char *cmd, const char *model_path, const char *name,
         return 0;
     }
     n = strlen(text);
-    /* a run's own, in its folder or exported: run as Jinja whatever its markers say */
-    if (!strncmp(text, NV_CHAT_RUN_AS_JINJA, sizeof NV_CHAT_RUN_AS_JINJA - 1)) jinja = 1;
+    /* a run's own, in its folder or exported: run as Jinja whatever its markers say (and refused if it does not parse) */
+    const int marked = !strncmp(text, NV_CHAT_RUN_AS_JINJA, sizeof NV_CHAT_RUN_AS_JINJA - 1);
+    if (marked) jinja = 1;
+    const int defaulted = jinja < 0;
     const int known = template_of_text(text, n, tmpl);
     /* by default (llama.cpp's and vLLM's) the template is run as it is written, the markers giving only
        the stops and the tool calls' form; exactly one of nerve's own templates is its renderer (the same
@@ -224,14 +268,21 @@ int cli_chat_template(const char *cmd, const char *model_path, const char *name,
     if (!known || jinja) {
         const nv_chat_template recognised = *tmpl;
         if (!known) *tmpl = NV_CHAT_PLAIN; /* its stop: the vocabulary's end of text; its calls: Hermes's */
+        const char *lack = NULL;
         if (nv_jinja_parse(text, n, prog) != NV_OK) {
-            if (file || asked) rc = cli_error(cmd, 1, "%s: %s", from, nv_errmsg());
+            if (file || asked || marked) rc = cli_error(cmd, 1, "%s: %s", from, nv_errmsg());
             else if (known)
                 nv_warn("%s: its chat template cannot be run (%s): nerve's %s renderer instead (see --chat-template)", model_path,
                         nv_errmsg(), nv_chat_template_name(recognised));
             else nv_warn("%s: its chat template cannot be run (%s): plain instead (see --chat-template)", model_path, nv_errmsg());
-        } else if (!known)
+        } else if (!known) {
             nv_info("%s: its chat template is none nerve knows by its markers: run as Jinja", from);
+        } else if (defaulted && (lack = jinja_lacks(*prog))) { /* the renderer keeps what the template would lose */
+            nv_info("%s: its chat template %s: nerve's %s renderer instead (--jinja runs it as written)", from, lack,
+                    nv_chat_template_name(recognised));
+            nv_jinja_free(*prog);
+            *prog = NULL;
+        }
     }
     if (text_out) *text_out = text;
     else free(text);

@@ -162,15 +162,18 @@ char *cli_declared_template_text(const char *model_path);
 int cli_jinja_flag(const char *a, int *run_jinja);
 /* A GGUF model's named template tokenizer.chat_template.NAME (malloc'd), NULL when it has none. */
 char *cli_gguf_named_template(const char *model_path, const char *name);
-/* What serve, chat and train render with: --chat-template NAME (nerve's renderer of it), else
- * --chat-template-file F or the model's own template (cli_declared_template_text), nerve's renderer
- * when its markers say which, else run as Jinja (*prog; the caller frees
- * it) with *tmpl plain (EOS stops the answer; tool calls in Hermes's form); jinja (--jinja, or a run
- * folder that trained with a Jinja template): run it even when recognised, *tmpl the recognised one
- * for stops and calls; *tmpl is left as it was when nothing is declared. text_out (may be NULL): the
+/* What serve, chat, train and perplexity render with: --chat-template NAME (nerve's renderer of it),
+ * else --chat-template-file F or the model's own template (cli_declared_template_text), run as Jinja
+ * (*prog; the caller frees it), *tmpl the template its markers name for stops and calls (plain for
+ * none: EOS stops the answer; tool calls in Hermes's form). jinja -1 (the default): nerve's renderer of
+ * the named template instead where the template would lose what it keeps (a system message, tools,
+ * calls and results; a generation prompt that opens a think block), or when the text is exactly one
+ * of nerve's own; 1 (--jinja, or a run folder that trained with a Jinja template): run it always;
+ * 0 (--no-jinja): the renderer whenever the markers name one. *tmpl is left as it was when nothing
+ * is declared. text_out (may be NULL): the
  * template's text as found (malloc'd; a file's, --jinja's or the model's own, run or not), NULL when
- * none. A file or --jinja's template that does not parse is refused (1); the model's own is then
- * warned of and plain. 0, or the exit code. */
+ * none. A file's, --jinja's or a run's marked template that does not parse is refused (1); the
+ * model's own is then warned of and the named renderer used (plain for none). 0, or the exit code. */
 int cli_chat_template(const char *cmd, const char *model_path, const char *name, const char *file, int jinja, nv_chat_template *tmpl,
                       nv_jinja **prog, char **text_out);
 /* --chat-template NAME and --chat-template-file FILE checked (either may be NULL, not both; NAME

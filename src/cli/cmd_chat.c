@@ -26,7 +26,7 @@
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: nerve chat -m MODEL [-z TOKENIZER] [--chat-template T] [--system TEXT | --system-file F] [-p TEXT] [-n N] [--ctx N]\n"
+            "usage: nerve chat -m MODEL [-z TOKENIZER] [--chat-template T | --chat-template-file F] [--jinja | --no-jinja] [--system TEXT | --system-file F] [-p TEXT] [-n N] [--ctx N]\n"
             "                  [-t TEMP] [--top-p P] [--top-k K] [--min-p P] [-s SEED] [--no-think]\n"
             "                  [--engine E] [--threads N] [--lora ADAPTER | --lora-scaled ADAPTER SCALE]\n"
             "  a conversation with a chat model: each line on stdin is your message (end a line with '\\' to\n"
@@ -37,8 +37,9 @@ static void usage(FILE *f) {
             "  --chat-template T   plain, chatml, llama2, llama3, deepseek, phi3, gemma, granite, mistral, phi4-mini or phi4\n"
             "                      (default: what the model declares, as serve: a chat run's, a GGUF file's or a folder's;\n"
             "                      else plain)\n"
-            "  --chat-template-file F  a Jinja template: one of those when its markers say which, else run\n"
-            "  --jinja             run the model's own template (or the file) as Jinja even when it is one of those\n"
+            "  --chat-template-file F  a Jinja template, taken as the model's own is\n"
+            "  --jinja, --no-jinja as serve's: the model's own template run as Jinja always, or never where nerve has a\n"
+            "                      renderer of it (default: run unless it would lose what that renderer keeps)\n"
             "  --system TEXT       a system message first\n"
             "  --system-file F     the system message from a file (its last line break dropped)\n"
             "  -p TEXT             one message, answered, then the end (no input read): for scripts\n"

@@ -636,7 +636,7 @@ static int parse_tools(const nv_api_ctx *ctx, const cJSON *root, nv_api_request 
     at->style = style;
     int i = 0;
     for (const cJSON *t = tools->child; t; t = t->next, i++) {
-        out->tool_json[i] = tool_text(t, style);
+        out->tool_json[i] = tool_text(t, nv_chat_tool_text_style(ctx->tmpl, ctx->jinja));
         at->names[i] = strdup(tool_name(t));
         at->n = i + 1;
         if (!out->tool_json[i] || !at->names[i]) {
@@ -821,7 +821,7 @@ int nv_api_messages_parse(const cJSON *msgs, nv_api_messages *out, nv_api_error 
             if (!rc && name && !cJSON_IsString(name))
                 nv_api_error_set(err, E400, NULL, "messages", "'messages[%d].name' must be a string", i), rc = err->status;
             if (!rc && why && !cJSON_IsString(why))
-                nv_api_error_set(err, E400, NULL, "messages", "'messages[%d].reasoning_content' must be a string", i), rc = err->status;
+                nv_api_error_set(err, E400, NULL, "messages", "'messages[%d].%s' must be a string", i, why->string), rc = err->status;
             m[i].name = cJSON_GetStringValue(name);
             m[i].reasoning = cJSON_GetStringValue(why);
             if (!rc && !strcmp(role->valuestring, "assistant")) rc = message_calls(msg, i, &m[i], err);
@@ -1332,6 +1332,7 @@ cJSON *nv_api_body_object(const char *body, size_t len, nv_api_error *err) {
     }
     const char *end = NULL;
     cJSON *root = body && len ? cJSON_ParseWithLengthOpts(body, len, &end, 0) : NULL;
+    nv_json_mark_floats(root, body, len); /* a tool's schema or a call's arguments show 1.0 as written */
     if (root && end) /* nothing but white space may follow the value */
         for (const char *p = end; p < body + len; p++)
             if (*p != ' ' && *p != '\t' && *p != '\r' && *p != '\n') {
@@ -1485,7 +1486,7 @@ int nv_api_apply_template(const nv_api_ctx *ctx, const char *body, size_t len, c
     }
     nv_chat_opts opts = {.jinja = ctx->jinja};
     if (!(rc = chat_opts(root, &msgs, &opts, err)))
-        rc = nv_api_tool_texts(nv_api_field(root, "tools"), nv_chat_tool_style(ctx->tmpl), &tools, &n_tools, err);
+        rc = nv_api_tool_texts(nv_api_field(root, "tools"), nv_chat_tool_text_style(ctx->tmpl, ctx->jinja), &tools, &n_tools, err);
     opts.tools = (const char *const *)tools;
     opts.n_tools = n_tools;
     nv_buf text = {0};

@@ -53,6 +53,8 @@ static int is_system(const char *role) { return !strcmp(role, "system") || !strc
 /* "function": the deprecated role of a function's result (LangChain's FunctionMessage), a tool's result */
 static int is_tool(const char *role) { return !strcmp(role, "tool") || !strcmp(role, "function"); }
 
+nv_tool_style nv_chat_tool_text_style(nv_chat_template t, const nv_jinja *jinja) { return jinja ? NV_TOOLS_HERMES : nv_chat_tool_style(t); }
+
 nv_tool_style nv_chat_tool_style(nv_chat_template t) {
     return t == NV_CHAT_LLAMA3    ? NV_TOOLS_LLAMA3
            : t == NV_CHAT_GRANITE ? NV_TOOLS_GRANITE
@@ -612,51 +614,10 @@ static void render_prompt(nv_chat_template t, nv_buf *text, const nv_chat_msg *m
     else render_plain(text, m, n, o);
 }
 
-/* The next number literal of JSON text from *p on (outside strings): its start and length; 0 at the end. */
-static int next_number(const char **p, const char **start, size_t *len) {
-    for (const char *s = *p; *s; s++) {
-        if (*s == '"') { /* a string: to its closing quote */
-            for (s++; *s && *s != '"'; s++)
-                if (*s == '\\' && s[1]) s++;
-            if (!*s) break;
-            continue;
-        }
-        if (*s == '-' || (*s >= '0' && *s <= '9')) {
-            const char *e = s;
-            while (*e && strchr("+-0123456789.eE", *e)) e++;
-            *start = s, *len = (size_t)(e - s), *p = e;
-            return 1;
-        }
-    }
-    return 0;
-}
-
-/* json parsed from text: each number written as a float (3.0, 1e3) made a raw node of its literal,
- * which the Jinja engine reads as a float: json.loads keeps 3.0 a float, and templates print it so
- * (cJSON keeps only the value). Numbers come in the tree's order as in the text's. */
-static void keep_floats(cJSON *json, const char **text) {
-    for (cJSON *c = json ? json->child : NULL; c; c = c->next) {
-        if (cJSON_IsNumber(c)) {
-            const char *at;
-            size_t n;
-            if (!next_number(text, &at, &n)) return;
-            if (memchr(at, '.', n) || memchr(at, 'e', n) || memchr(at, 'E', n)) {
-                char *lit = strndup(at, n);
-                if (lit) {
-                    cJSON_free(c->valuestring);
-                    c->valuestring = lit; /* (cJSON_Delete frees it: raw nodes hold their text there) */
-                    c->type = cJSON_Raw;
-                }
-            }
-        } else
-            keep_floats(c, text);
-    }
-}
-
+/* JSON text parsed, its numbers written as floats marked so (a template shows 3.0 as json.loads keeps it) */
 static cJSON *parse_keeping_floats(const char *text) {
     cJSON *j = cJSON_Parse(text);
-    const char *p = text;
-    if (j && (cJSON_IsObject(j) || cJSON_IsArray(j))) keep_floats(j, &p);
+    nv_json_mark_floats(j, text, strlen(text));
     return j;
 }
 

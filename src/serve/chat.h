@@ -118,6 +118,9 @@ typedef struct {
  * closed by <|/tool_call|>); its tools are their functions on one line. */
 typedef enum { NV_TOOLS_HERMES = 0, NV_TOOLS_LLAMA3, NV_TOOLS_GRANITE, NV_TOOLS_MISTRAL, NV_TOOLS_PHI4_MINI } nv_tool_style;
 nv_tool_style nv_chat_tool_style(nv_chat_template t);
+/* The form a template is given each tool's text in (nv_chat_opts.tools): a template run as Jinja gets
+ * each tool whole (Hermes's one line: its variables are parsed back from it), a renderer its own form. */
+nv_tool_style nv_chat_tool_text_style(nv_chat_template t, const nv_jinja *jinja);
 /* What opens Granite's and Mistral's tool calls: one control token in their vocabularies. */
 #define NV_GRANITE_TOOL_CALL "<|tool_call|>"
 #define NV_MISTRAL_TOOL_CALLS "[TOOL_CALLS]"

@@ -260,7 +260,7 @@ static void dict_setc(jctx *c, jdict *d, const char *k, jval v) {
 
 static jval of_json(jctx *c, const cJSON *j) {
     if (cJSON_IsBool(j)) return vbool(cJSON_IsTrue(j));
-    if (cJSON_IsRaw(j) && j->valuestring) return vfloat(strtod(j->valuestring, NULL)); /* a float written so (chat.c keep_floats) */
+    if (nv_json_is_float(j)) return vfloat(j->valuedouble); /* written as a float (nv_json_mark_floats) */
     if (cJSON_IsNumber(j)) {
         const double d = j->valuedouble;
         return d == floor(d) && fabs(d) < 9007199254740992.0 ? vint((int64_t)d) : vfloat(d);
@@ -399,6 +399,7 @@ static int key_cmp(const void *a, const void *b) {
     const jstr *x = *(const jstr *const *)a, *y = *(const jstr *const *)b;
     if (x->kt && y->kt) { /* numbers' keys (put_json let no others through): by value */
         const jval p = key_val(x), q = key_val(y);
+        if (p.t != V_FLOAT && q.t != V_FLOAT) return (p.u.i > q.u.i) - (p.u.i < q.u.i);
         const double u = p.t == V_FLOAT ? p.u.f : (double)p.u.i, v = q.t == V_FLOAT ? q.u.f : (double)q.u.i;
         return (u > v) - (u < v);
     }
@@ -458,12 +459,15 @@ static void put_json(jctx *c, jsink *s, jval v, const json_style *st, int level)
             const jstr *k = d->k[order[i]];
             if (k->kt) { /* json.dumps's text of a number's or none's key */
                 const jval kv = key_val(k);
-                nv_buf b = {0};
-                if (kv.t == V_FLOAT) nv_py_repr_float(&b, kv.u.f);
-                else nv_buf_puts(&b, kv.t == V_NONE ? "null" : kv.t == V_BOOL ? (kv.u.i ? "true" : "false") : k->s + 1);
-                if (b.oom) nv_buf_free(&b), jfail(c, NV_ENOMEM, "out of memory");
-                put_json_str(c, s, b.data, b.len, st->ascii);
-                nv_buf_free(&b);
+                char text[64];
+                if (kv.t == V_FLOAT) {
+                    nv_buf b = {0};
+                    nv_py_repr_float(&b, kv.u.f);
+                    snprintf(text, sizeof text, "%s", b.data && !b.oom ? b.data : "nan");
+                    nv_buf_free(&b);
+                } else
+                    snprintf(text, sizeof text, "%s", kv.t == V_NONE ? "null" : kv.t == V_BOOL ? (kv.u.i ? "true" : "false") : k->s + 1);
+                put_json_str(c, s, text, strlen(text), st->ascii);
             } else
                 put_json_str(c, s, k->s, k->n, st->ascii);
             sink_puts(c, s, st->key_sep);
@@ -1297,7 +1301,7 @@ static const jstr *key_of(jctx *c, jval v) {
     char text[40];
     if (v.t == V_STR) return v.u.s;
     if (v.t == V_BOOL || v.t == V_INT) snprintf(text, sizeof text, "i%lld", (long long)v.u.i);
-    else if (v.t == V_FLOAT && v.u.f == floor(v.u.f) && fabs(v.u.f) < 9e18) snprintf(text, sizeof text, "i%lld", (long long)v.u.f);
+    else if (v.t == V_FLOAT && v.u.f == floor(v.u.f) && v.u.f >= -0x1p63 && v.u.f < 0x1p63) snprintf(text, sizeof text, "i%lld", (long long)v.u.f);
     else if (v.t == V_FLOAT) snprintf(text, sizeof text, "f%.17g", v.u.f);
     else if (v.t == V_NONE) snprintf(text, sizeof text, "n");
     else jfail(c, NV_EFORMAT, "a %s cannot be a dict's key", type_name(v));
@@ -1471,7 +1475,7 @@ static int py_int_text(const jstr *t, int base, int64_t *out) {
 static jval get_item(render *r, jval obj, jval key) {
     if (obj.t == V_UNDEF) jfail(&r->c, NV_EFORMAT, "an index of an undefined value");
     if (obj.t == V_DICT) {
-        if (key.t == V_UNDEF) return UNDEF;
+        if (key.t == V_UNDEF || key.t == V_LIST || key.t == V_DICT || key.t == V_MACRO || key.t == V_FUNC) return UNDEF; /* (jinja2's: undefined) */
         const int i = dict_find_key(obj.u.d, key_of(&r->c, key));
         return i < 0 ? UNDEF : obj.u.d->v[i];
     }
@@ -1996,7 +2000,9 @@ static jval attr_path(render *r, jval v, const jstr *path) {
         if (v.t == V_UNDEF) return UNDEF;
         int all_digits = e > i;
         for (size_t k = i; k < e; k++) all_digits &= is_digit(path->s[k]);
-        v = all_digits && v.t == V_LIST ? get_item(r, v, vint(strtoll(path->s + i, NULL, 10))) : get_attr(r, v, path->s + i, e - i);
+        /* jinja2's: a part of digits is an int index (a dict's number key, never its string key '0') */
+        v = all_digits && (v.t == V_LIST || v.t == V_DICT) && e - i < 19 ? get_item(r, v, vint(strtoll(path->s + i, NULL, 10)))
+                                                                          : get_attr(r, v, path->s + i, e - i);
         i = e + 1;
     }
     return v;
@@ -2207,10 +2213,23 @@ static jval filter(render *r, const jstr *name, jval v, const jargs *a) {
         if (v.t == V_STR) {
             int64_t got;
             if ((base == 0 || (base >= 2 && base <= 36)) && py_int_text(v.u.s, (int)base, &got)) return vint(got);
+            /* int(float(text)): Python's float syntax (digits with single underscores between them, a point, an
+               exponent; not C's hex, inf or nan) */
+            char lit[64];
+            size_t k = 0;
+            const char *p = v.u.s->s, *e = v.u.s->s + v.u.s->n;
+            while (p < e && py_space((unsigned char)*p)) p++;
+            while (e > p && py_space((unsigned char)e[-1])) e--;
+            for (const char *q = p; q < e && k + 1 < sizeof lit; q++) {
+                if (*q == '_' && q > p && q + 1 < e && is_digit(q[-1]) && is_digit(q[1])) continue;
+                if (!is_digit(*q) && !strchr("+-.eE", *q)) return def;
+                lit[k++] = *q;
+            }
+            if (k == 0 || k + 1 >= sizeof lit) return def;
+            lit[k] = 0;
             char *end;
-            const double d = strtod(v.u.s->s, &end);
-            while (*end && py_space((unsigned char)*end)) end++;
-            return end != v.u.s->s && !*end && isfinite(d) && fabs(d) < 9e18 ? vint((int64_t)d) : def;
+            const double d = strtod(lit, &end);
+            return end != lit && !*end && isfinite(d) && fabs(d) < 9e18 ? vint((int64_t)d) : def;
         }
         return def;
     }
@@ -2226,12 +2245,26 @@ static jval filter(render *r, const jstr *name, jval v, const jargs *a) {
     if (name_is(name, "round")) {
         const int64_t p = want_int(r, arg(a, 0, "precision", vint(0)), "round's precision");
         const jval m = arg(a, 1, "method", UNDEF);
-        const double k = pow(10, (double)(p > 15 ? 15 : p < -15 ? -15 : p)), x = num(is_num(v) ? v : vfloat(0)) * k;
+        const int64_t pp = p > 15 ? 15 : p < -15 ? -15 : p;
+        const double k = pow(10, (double)(pp < 0 ? -pp : pp)), x = pp < 0 ? num(is_num(v) ? v : vfloat(0)) / k : num(is_num(v) ? v : vfloat(0)) * k;
         const int common = !(m.t == V_STR && (name_is(m.u.s, "floor") || name_is(m.u.s, "ceil")));
         const double y = !common && name_is(m.u.s, "floor") ? floor(x) : !common ? ceil(x) : nearbyint(x);
-        if (common && (v.t == V_INT || v.t == V_BOOL)) /* Python's round(int, p): an int */
-            return p >= 0 ? vint(v.u.i) : vint((int64_t)(y / k));
-        return vfloat(y / k);
+        if (common && (v.t == V_INT || v.t == V_BOOL)) { /* Python's round(int, p): an int, half to even */
+            if (p >= 0) return vint(v.u.i);
+            if (p < -18) { /* 10^-p past any int64: 0, unless half of it is reached (then past int64 too) */
+                if (p == -19 && (v.u.i >= 5000000000000000000ll || v.u.i <= -5000000000000000000ll))
+                    jfail(&r->c, NV_ERANGE, "round: integer overflow");
+                return vint(0);
+            }
+            int64_t m = 1;
+            for (int64_t e = 0; e < -p; e++) m *= 10;
+            const int64_t q = v.u.i / m, rem = v.u.i % m, half = m / 2;
+            int64_t rq = q;
+            if (rem > half || (rem == half && (q & 1))) rq = q + 1;
+            else if (rem < -half || (rem == -half && (q & 1))) rq = q - 1;
+            return vint(int_op(r, '*', rq, m));
+        }
+        return vfloat(pp < 0 ? y * k : y / k);
     }
     if (name_is(name, "sum")) {
         jlist *in = items_of(r, v, "sum");

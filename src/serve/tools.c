@@ -61,6 +61,8 @@ static void py_value(nv_buf *b, const cJSON *v, int indent, int depth) {
         nv_buf_puts(b, obj ? "}" : "]");
     } else if (cJSON_IsString(v)) {
         nv_json_string(b, v->valuestring);
+    } else if (nv_json_is_float(v) && isfinite(v->valuedouble)) {
+        nv_py_repr_float(b, v->valuedouble); /* 1.0 as json.dumps prints it (cJSON would print 1) */
     } else {
         char *t = cJSON_PrintUnformatted(v); /* numbers, true, false, null */
         if (!t) b->oom = 1;
@@ -70,6 +72,45 @@ static void py_value(nv_buf *b, const cJSON *v, int indent, int depth) {
 }
 
 void nv_py_json(nv_buf *b, const cJSON *v, int indent) { py_value(b, v, indent, 0); }
+
+/* The next number literal of JSON text in [*p, end) (outside strings): its start and length; 0 at the end. */
+static int next_number(const char **p, const char *end, const char **start, size_t *len) {
+    for (const char *s = *p; s < end; s++) {
+        if (*s == '"') { /* a string: to its closing quote */
+            for (s++; s < end && *s != '"'; s++)
+                if (*s == '\\' && s + 1 < end) s++;
+            if (s >= end) break;
+            continue;
+        }
+        if (*s == '-' || (*s >= '0' && *s <= '9')) {
+            const char *e = s;
+            while (e < end && *e && strchr("+-0123456789.eE", *e)) e++;
+            *start = s, *len = (size_t)(e - s), *p = e;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static void mark_floats(cJSON *json, const char **p, const char *end) {
+    for (cJSON *c = json ? json->child : NULL; c; c = c->next) {
+        if (cJSON_IsNumber(c)) {
+            const char *at;
+            size_t n;
+            if (!next_number(p, end, &at, &n)) return;
+            if ((memchr(at, '.', n) || memchr(at, 'e', n) || memchr(at, 'E', n)) && !c->valuestring)
+                c->valuestring = strndup(at, n); /* (no memory: printed as cJSON has it) */
+        } else
+            mark_floats(c, p, end);
+    }
+}
+
+void nv_json_mark_floats(cJSON *json, const char *text, size_t n) {
+    const char *p = text;
+    if (json && text && (cJSON_IsObject(json) || cJSON_IsArray(json))) mark_floats(json, &p, text + n);
+}
+
+int nv_json_is_float(const cJSON *v) { return cJSON_IsNumber(v) && v->valuestring; }
 
 /* ---- Python's repr: what `value | string` prints in a Jinja template that Python runs
  * (transformers, vLLM), the form SmolLM3's template gives each of its xml_tools ---- */

@@ -32,6 +32,13 @@
 #define NV_MAX_TOOLS 128
 
 void nv_py_json(nv_buf *b, const cJSON *v, int indent);
+/* json, parsed from text[0..n): each number written as a float (3.0, 1e3) keeps its literal in
+ * valuestring (cJSON keeps only the value; its type stays a number, which cJSON_Delete frees with it),
+ * so that what is printed for a template (nv_py_json, a template run as Jinja) shows 3.0 as
+ * json.loads keeps it. Numbers come in the tree's order as in the text's. */
+void nv_json_mark_floats(cJSON *json, const char *text, size_t n);
+/* 1 when v is a number nv_json_mark_floats marked as written as a float. */
+int nv_json_is_float(const cJSON *v);
 /* v as Python's repr prints what json.loads makes of it (str(dict): single-quoted strings, True,
  * False, None; whole numbers as ints), which a Jinja template run by Python writes for `v | string`
  * (SmolLM3's xml_tools). */

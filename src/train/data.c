@@ -14,6 +14,7 @@
 #include "base/pool.h"
 #include "base/rng.h"
 #include "serve/api.h"
+#include "serve/tools.h"
 
 static int has_suffix(const char *s, const char *suf) {
     size_t a = strlen(s), b = strlen(suf);
@@ -285,6 +286,7 @@ static cJSON *parse_line(const char *text, size_t len) {
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
     if (!root) return NULL;
+    nv_json_mark_floats(root, text, len); /* as serve reads a request: a tool's 1.0 shown as written */
     for (; end && end < text + len; end++)
         if (*end != ' ' && *end != '\t' && *end != '\r' && *end != '\n') {
             cJSON_Delete(root);
@@ -431,7 +433,7 @@ static nv_err no_functions(const nv_source *s, const cJSON *obj, long line_no) {
 static nv_err line_tools(const nv_source *s, const cJSON *obj, nv_chat_template tmpl, long line_no, char ***tools,
                          int *n_tools) {
     nv_api_error err = {0};
-    if (nv_api_tool_texts(cJSON_GetObjectItemCaseSensitive(obj, "tools"), nv_chat_tool_style(tmpl), tools, n_tools, &err))
+    if (nv_api_tool_texts(cJSON_GetObjectItemCaseSensitive(obj, "tools"), nv_chat_tool_text_style(tmpl, s->jinja), tools, n_tools, &err))
         return nv_fail(err.status == 500 ? NV_ENOMEM : NV_EFORMAT, "%s:%ld: %s", s->path, line_no, err.message);
     return NV_OK;
 }
