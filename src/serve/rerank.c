@@ -6,11 +6,11 @@
 #include <string.h>
 #include <time.h>
 
-#include "serve/sched.h"
+#include <cjson/cJSON.h>
 
 #include "base/buf.h"
+#include "serve/sched.h"
 #include "serve/tools.h"
-#include <cjson/cJSON.h>
 
 #define E400 400, "invalid_request_error"
 
