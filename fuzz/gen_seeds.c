@@ -622,6 +622,7 @@ static void api(void) {
         {"rerank.json", "{\"model\":\"stories260K\",\"query\":\"Who was sad?\",\"documents\":[\"Tom was sad.\",{\"text\":\"A dog.\"}],"
                         "\"top_n\":1,\"return_documents\":true,\"max_tokens_per_doc\":3}"},
         {"score.json", "{\"text_1\":[\"q\"],\"text_2\":[\"a\",\"b\"]}"},
+        {"rerank_tei.json", "{\"query\":\"q\",\"texts\":[\"a\",\"b\"],\"return_text\":true,\"raw_scores\":false}"},
         {"chat_reasoning.json", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\",\"name\":\"ann\"},{\"role\":\"assistant\","
                                 "\"content\":\"y\",\"reasoning_content\":\"hmm\"},{\"role\":\"user\",\"content\":\"z\"}],"
                                 "\"add_generation_prompt\":false}"},

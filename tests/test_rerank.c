@@ -36,10 +36,11 @@ static void test_rerank_init(void) {
                 rk.tok[1] == one_token(tok, "a") && rk.tok[0] >= 0 && !strcmp(rk.instruction, "Given a web search query, retrieve relevant passages that answer the query"),
             "two tokens");
     const float l2[2] = {2.0f, 0.5f}, l1[1] = {0.0f};
-    T_CHECK(fabsf(nv_rerank_relevance(&rk, l2) - (float)(1.0 / (1.0 + exp(-1.5)))) < 1e-6f, "sigmoid of the difference");
+    T_CHECK(fabsf(nv_rerank_relevance(&rk, l2, 0) - (float)(1.0 / (1.0 + exp(-1.5)))) < 1e-6f && nv_rerank_relevance(&rk, l2, 1) == 1.5f,
+            "sigmoid of the difference; raw, the difference");
     nv_rerank_free(&rk);
     T_CHECK(nv_rerank_init(&rk, tok, 0, "the", "{query}|{document}", "mine") == NV_OK && rk.n_tok == 1 && !strcmp(rk.instruction, "mine") &&
-                !strcmp(rk.tmpl, "{query}|{document}") && nv_rerank_relevance(&rk, l1) == 0.5f,
+                !strcmp(rk.tmpl, "{query}|{document}") && nv_rerank_relevance(&rk, l1, 0) == 0.5f,
             "one token");
     nv_rerank_free(&rk);
     T_CHECK(nv_rerank_init(&rk, tok, 0, "the,a,b", NULL, NULL) == NV_EINVAL && strstr(nv_errmsg(), "one or two tokens"), "%s", nv_errmsg());
@@ -213,6 +214,20 @@ static void test_rerank_response(void) {
             "Cohere's: %s", out);
     free(out);
     nv_rerank_req_free(&r);
+    /* text-embeddings-inference's: "texts", the answer a list, return_text, raw_scores */
+    body = "{\"query\": \"q\", \"texts\": [\"d0\", \"d1\", \"d2\"], \"return_text\": true, \"raw_scores\": true}";
+    T_CHECK(nv_rerank_parse(&ctx, &rk, NV_RERANK_JINA, body, strlen(body), &r, &e) == 0 && r.api == NV_RERANK_TEI && r.raw && r.return_documents,
+            "TEI's: %s", e.message);
+    out = nv_rerank_response(&r, rel, 9);
+    T_CHECK(out && !strcmp(out, "[{\"index\":1,\"score\":0.75,\"text\":\"d1\"},{\"index\":0,\"score\":0.25,\"text\":\"d0\"},"
+                                "{\"index\":2,\"score\":0.25,\"text\":\"d2\"}]"),
+            "TEI's answer: %s", out);
+    free(out);
+    nv_rerank_req_free(&r);
+    T_CHECK(parse_fails(&ctx, &rk, NV_RERANK_JINA, "{\"query\": \"q\", \"texts\": [{\"text\": \"a\"}]}", 400, "texts", "'texts[0]' must be a string") &&
+                parse_fails(&ctx, &rk, NV_RERANK_JINA, "{\"query\": \"q\", \"texts\": [\"a\"], \"raw_scores\": 1}", 400, "raw_scores", NULL) &&
+                parse_fails(&ctx, &rk, NV_RERANK_JINA, "{\"query\": \"q\", \"texts\": [\"a\"], \"return_text\": \"y\"}", 400, "return_text", NULL),
+            "TEI's 400s");
     body = "{\"text_1\": \"q\", \"text_2\": [\"d0\", \"d1\", \"d2\"]}";
     T_CHECK(nv_rerank_parse(&ctx, &rk, NV_RERANK_SCORE, body, strlen(body), &r, &e) == 0, "%s", e.message);
     out = nv_rerank_response(&r, rel, 9);
@@ -308,6 +323,16 @@ static void test_rerank_serve(void) {
     T_CHECK(cJSON_GetArraySize(res) == 1 && top && !cJSON_GetObjectItem(top, "document") && cJSON_GetObjectItem(j, "meta") &&
                 fabs(cJSON_GetObjectItem(top, "relevance_score")->valuedouble - rel[cJSON_GetObjectItem(top, "index")->valueint]) < 1e-6,
             "Cohere's top_n 1");
+    cJSON_Delete(j);
+    j = post_json(s.port, "/rerank", "{\"query\": \"Who was sad?\", \"raw_scores\": true, \"texts\": [\"Once upon a time there was a little girl.\", "
+                                   "\"The dog ran to the park and played with a ball.\", \"Tom was sad. He lost his toy\"]}");
+    for (int k = 0; k < 3; k++) { /* TEI's: a list, best first; raw scores the relevances' logits */
+        const cJSON *it = cJSON_GetArrayItem(j, k), *ix = cJSON_GetObjectItem(it, "index"), *sc = cJSON_GetObjectItem(it, "score");
+        const int i = cJSON_IsNumber(ix) ? ix->valueint : -1;
+        T_CHECK(cJSON_IsArray(j) && i >= 0 && i < 3 && cJSON_IsNumber(sc) && rel[i] > 0 && rel[i] < 1 &&
+                    fabs(sc->valuedouble - log(rel[i] / (1 - rel[i]))) < 1e-3,
+                "TEI's result %d", k);
+    }
     cJSON_Delete(j);
     j = post_json(s.port, "/v1/score", "{\"text_1\": \"Who was sad?\", \"text_2\": [\"Once upon a time there was a little girl.\", "
                                        "\"The dog ran to the park and played with a ball.\", \"Tom was sad. He lost his toy\"]}");

@@ -1502,10 +1502,16 @@ static enum MHD_Result embeddings(nv_http *h, struct MHD_Connection *c, conn_ctx
     return ret;
 }
 
-static int take_relevance(nv_http *h, nv_req *r, int i, void *relevance) {
+typedef struct {
+    float *relevance;
+    int raw;
+} relevance_out;
+
+static int take_relevance(nv_http *h, nv_req *r, int i, void *arg) {
     float logits[NV_MAX_SCORE];
+    relevance_out *o = arg;
     if (!nv_req_scores(h->s, r, logits)) return 0;
-    ((float *)relevance)[i] = nv_rerank_relevance(h->o.rerank, logits);
+    o->relevance[i] = nv_rerank_relevance(h->o.rerank, logits, o->raw);
     return 1;
 }
 
@@ -1526,8 +1532,9 @@ static enum MHD_Result rerank(nv_http *h, struct MHD_Connection *c, conn_ctx *cc
     nv_req_params base = {.max_tokens = 0, .vocab_size = h->ctx.vocab_size, .n_score = h->o.rerank->n_tok,
                           .adapter = in.adapter, .adapter_gen = in.adapter_gen};
     memcpy(base.score_tok, h->o.rerank->tok, sizeof base.score_tok);
+    relevance_out ro = {relevance, in.raw};
     if (!relevance) ret = fail(h, c, cc, 500, "server_error", NULL, "out of memory");
-    else if (run_prompts(h, c, cc, &base, in.ids, in.n_ids, in.n, in.one_query, take_relevance, relevance, &prompt_tokens, &ret))
+    else if (run_prompts(h, c, cc, &base, in.ids, in.n_ids, in.n, in.one_query, take_relevance, &ro, &prompt_tokens, &ret))
         ret = respond(h, c, cc, 200, "application/json", nv_rerank_response(&in, relevance, (int)prompt_tokens), NULL, NULL);
     if (in.adapter) nv_adapters_unpin(h->ctx.adapters, in.adapter);
     nv_rerank_req_free(&in);

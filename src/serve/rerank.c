@@ -76,9 +76,9 @@ void nv_rerank_free(nv_rerank *rk) {
     memset(rk, 0, sizeof *rk);
 }
 
-float nv_rerank_relevance(const nv_rerank *rk, const float *logits) {
+float nv_rerank_relevance(const nv_rerank *rk, const float *logits, int raw) {
     const double x = rk->n_tok == 2 ? (double)logits[0] - logits[1] : logits[0];
-    return (float)(1.0 / (1.0 + exp(-x)));
+    return (float)(raw ? x : 1.0 / (1.0 + exp(-x)));
 }
 
 /* tmpl with {query}, {document} and {instruction} replaced in one pass (what they are replaced
@@ -217,9 +217,12 @@ int nv_rerank_parse(const nv_api_ctx *ctx, const nv_rerank *rk, nv_rerank_api ap
     if (!root) return err->status;
     int rc = nv_api_check_model(ctx, root, &out->adapter, &out->adapter_gen, out->model, err);
     const int score = api == NV_RERANK_SCORE;
-    const char *qkey = score ? "text_1" : "query", *dkey = score ? "text_2" : "documents";
+    if (api == NV_RERANK_JINA && !nv_api_field(root, "documents") && nv_api_field(root, "texts")) out->api = api = NV_RERANK_TEI;
+    const int tei = api == NV_RERANK_TEI;
+    const char *qkey = score ? "text_1" : "query", *dkey = score ? "text_2" : tei ? "texts" : "documents";
     const cJSON *q = nv_api_field(root, qkey), *docs = nv_api_field(root, dkey);
-    const cJSON *top_n = score ? NULL : nv_api_field(root, "top_n"), *ret = score ? NULL : nv_api_field(root, "return_documents");
+    const cJSON *top_n = score ? NULL : nv_api_field(root, "top_n"), *ret = score ? NULL : nv_api_field(root, tei ? "return_text" : "return_documents");
+    const cJSON *raw = tei ? nv_api_field(root, "raw_scores") : NULL;
     const cJSON *cut = api == NV_RERANK_COHERE ? nv_api_field(root, "max_tokens_per_doc") : NULL;
     int nq = 0, nd = 0, q_single = 0, d_single = 0;
     if (!rc && score) {
@@ -231,15 +234,17 @@ int nv_rerank_parse(const nv_api_ctx *ctx, const nv_rerank *rk, nv_rerank_api ap
     } else if (!rc) {
         if (!cJSON_IsString(q) || !*q->valuestring)
             nv_api_error_set(err, E400, q ? NULL : "missing_required_parameter", qkey, "'query' must be a non-empty string"), rc = err->status;
-        else if ((nd = text_list(docs, dkey, 1, &d_single, err)) < 0) rc = err->status;
-        else if (d_single) nv_api_error_set(err, E400, NULL, dkey, "'documents' must be a list"), rc = err->status;
+        else if ((nd = text_list(docs, dkey, !tei, &d_single, err)) < 0) rc = err->status;
+        else if (d_single) nv_api_error_set(err, E400, NULL, dkey, "'%s' must be a list", dkey), rc = err->status;
         q_single = 1;
     }
     int n_top = nd, per_doc = api == NV_RERANK_COHERE ? 4096 : -1; /* (Cohere's default) */
     if (!rc && top_n && !count_field(top_n, 0, nd, &n_top))
         nv_api_error_set(err, E400, NULL, "top_n", "'top_n' must be an integer >= 0"), rc = err->status;
     if (!rc && ret && !cJSON_IsBool(ret))
-        nv_api_error_set(err, E400, NULL, "return_documents", "'return_documents' must be a boolean"), rc = err->status;
+        nv_api_error_set(err, E400, NULL, ret->string, "'%s' must be a boolean", ret->string), rc = err->status;
+    if (!rc && raw && !cJSON_IsBool(raw))
+        nv_api_error_set(err, E400, NULL, "raw_scores", "'raw_scores' must be a boolean"), rc = err->status;
     if (!rc && cut && !count_field(cut, 1, 1 << 30, &per_doc))
         nv_api_error_set(err, E400, NULL, "max_tokens_per_doc", "'max_tokens_per_doc' must be an integer >= 1"), rc = err->status;
     if (!rc) {
@@ -247,6 +252,7 @@ int nv_rerank_parse(const nv_api_ctx *ctx, const nv_rerank *rk, nv_rerank_api ap
         out->top_n = n_top >= 1 ? n_top : nd;
         out->one_query = q_single || nq == 1;
         out->return_documents = ret ? cJSON_IsTrue(ret) : api == NV_RERANK_JINA;
+        out->raw = raw && cJSON_IsTrue(raw);
         if (!(out->ids = calloc((size_t)nd, sizeof *out->ids)) || !(out->n_ids = calloc((size_t)nd, sizeof *out->n_ids)) ||
             !(out->docs = calloc((size_t)nd, sizeof *out->docs)))
             rc = nv_api_oom(err);
@@ -321,6 +327,17 @@ char *nv_rerank_response(const nv_rerank_req *r, const float *relevance, int pro
         if (!order) return NULL;
         for (int i = 0; i < r->n; i++) order[i] = (ranked){i, relevance[i]};
         qsort(order, (size_t)r->n, sizeof *order, by_relevance);
+        if (r->api == NV_RERANK_TEI) { /* text-embeddings-inference's: the list alone */
+            nv_buf_puts(&b, "[");
+            for (int k = 0; k < r->top_n; k++) {
+                nv_buf_printf(&b, "%s{\"index\":%d,\"score\":%.9g", k ? "," : "", order[k].index, (double)order[k].relevance);
+                if (r->return_documents) nv_buf_puts(&b, ",\"text\":"), nv_json_string(&b, r->docs[order[k].index]);
+                nv_buf_puts(&b, "}");
+            }
+            nv_buf_puts(&b, "]");
+            free(order);
+            goto done;
+        }
         nv_api_new_id(id, sizeof id, "rerank-");
         nv_buf_printf(&b, "{\"id\":\"%s\",\"model\":", id);
         nv_json_string(&b, r->model);
@@ -342,6 +359,7 @@ char *nv_rerank_response(const nv_rerank_req *r, const float *relevance, int pro
                           prompt_tokens);
         nv_buf_puts(&b, "}");
     }
+done:
     if (b.oom) {
         nv_buf_free(&b);
         return NULL;

@@ -18,9 +18,10 @@
  * generation prompt and thinking off: exactly Qwen3-Reranker's prompt on its own template.
  *
  * Request shapes: Jina's and vLLM's /rerank (query, documents as strings or {"text"}, top_n,
- * return_documents: true by default), Cohere's /v2/rerank (the same, documents' text not returned
- * unless asked, max_tokens_per_doc) and vLLM's /score (text_1 and text_2: one against many or
- * pair by pair, scores in input order). */
+ * return_documents: true by default), text-embeddings-inference's /rerank (query, texts,
+ * return_text, raw_scores; the answer a list), Cohere's /v2/rerank (the same, documents' text not
+ * returned unless asked, max_tokens_per_doc) and vLLM's /score (text_1 and text_2: one against many
+ * or pair by pair, scores in input order). */
 #ifndef NV_SERVE_RERANK_H
 #define NV_SERVE_RERANK_H
 
@@ -30,7 +31,9 @@
 #define NV_RERANK_MAX_DOCS 1000
 #define NV_RERANK_MAX_TOKENS (1 << 22)
 
-typedef enum { NV_RERANK_JINA = 0, NV_RERANK_COHERE, NV_RERANK_SCORE } nv_rerank_api;
+/* NV_RERANK_TEI: a /rerank body with "texts" in place of "documents" (Hugging Face's
+ * text-embeddings-inference, as llama.cpp's server takes it) */
+typedef enum { NV_RERANK_JINA = 0, NV_RERANK_COHERE, NV_RERANK_SCORE, NV_RERANK_TEI } nv_rerank_api;
 
 typedef struct {
     int tok[NV_MAX_SCORE]; /* the tokens whose logits give the score: yes, then no */
@@ -49,8 +52,9 @@ typedef struct {
 nv_err nv_rerank_init(nv_rerank *rk, const nv_tokenizer *tok, int head_rows, const char *tokens, const char *tmpl,
                       const char *instruction);
 void nv_rerank_free(nv_rerank *rk);
-/* The relevance a scored prompt's logits (rk->n_tok of them) give: a probability. */
-float nv_rerank_relevance(const nv_rerank *rk, const float *logits);
+/* The relevance a scored prompt's logits (rk->n_tok of them) give: a probability; raw (TEI's
+ * raw_scores): its logit, yes's less no's (or yes's alone). */
+float nv_rerank_relevance(const nv_rerank *rk, const float *logits, int raw);
 
 typedef struct {
     nv_rerank_api api;
@@ -58,6 +62,7 @@ typedef struct {
     int **ids, *n_ids; /* each pair's prompt */
     char **docs;      /* each pair's document as given, for return_documents */
     int one_query;    /* every pair's query is the same (its prompts open alike) */
+    int raw;          /* TEI's raw_scores: logits, not probabilities */
     int top_n;        /* results kept, best first (n: all) */
     int return_documents;
     int adapter;
