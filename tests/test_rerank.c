@@ -160,6 +160,11 @@ static void test_rerank_parse(void) {
     nv_buf_puts(&big, "\", \"documents\": [\"a\"]}");
     T_CHECK(parse_fails(&ctx, &rk, NV_RERANK_JINA, big.data, 400, "query", "context length"), "a query past the context");
     nv_buf_free(&big);
+    nv_buf_puts(&big, "{\"text_1\": [\"a\", \"");
+    for (int i = 0; i < 500; i++) nv_buf_puts(&big, "dog ");
+    nv_buf_puts(&big, "\"], \"text_2\": [\"x\", \"y\"]}");
+    T_CHECK(parse_fails(&ctx, &rk, NV_RERANK_SCORE, big.data, 400, "text_1", "the prompt of 'text_1[1]' with"), "which query is past the context");
+    nv_buf_free(&big);
     nv_rerank off;
     T_CHECK(nv_rerank_init(&off, tok, 0, NULL, NULL, NULL) == NV_OK, "off");
     T_CHECK(parse_fails(&ctx, &off, NV_RERANK_JINA, "{\"query\": \"q\", \"documents\": [\"a\"]}", 400, NULL, "--rerank-tokens"), "off says why");

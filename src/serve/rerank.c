@@ -275,10 +275,12 @@ int nv_rerank_parse(const nv_api_ctx *ctx, const nv_rerank *rk, nv_rerank_api ap
             if (out->n_ids[i] <= limit) break;
             const int have = doc_tokens(ctx->tok, doc), keep = have - (int)(out->n_ids[i] - limit) - 4 * tries;
             if (!*doc || tries == 8) {
+                char which[32] = "";
+                if (!out->one_query) snprintf(which, sizeof which, "[%d]", i);
                 nv_api_error_set(err, E400, "context_length_exceeded", qkey,
                                  "This model's maximum context length is %d tokens (%ld fit the KV pool), but the prompt of "
                                  "'%s%s' with %s alone has %d",
-                                 ctx->seq_len, ctx->capacity, qkey, out->one_query ? "" : "[i]", *doc ? "a part of its document" : "an empty document",
+                                 ctx->seq_len, ctx->capacity, qkey, which, *doc ? "a part of its document" : "an empty document",
                                  out->n_ids[i]);
                 rc = err->status;
                 break;
