@@ -15,6 +15,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <cjson/cJSON.h>
+
 #include "base/net.h"
 #include "t.h"
 
@@ -143,6 +145,17 @@ static inline int http_raw(int port, const char *raw, size_t len, resp *r) {
 
 static inline int http(int port, const char *method, const char *path, const char *headers, const char *body, resp *r) {
     return nv_loopback_http(port, 60, method, path, headers, body, r);
+}
+
+/* POST path with a JSON body: the answer parsed (NULL when none came or it is not JSON; the caller
+ * deletes it), its status in *status (0 when no answer came). */
+static inline cJSON *post_json_status(int port, const char *path, const char *body, int *status) {
+    resp r;
+    cJSON *root = NULL;
+    *status = 0;
+    if (http(port, "POST", path, NULL, body, &r)) *status = r.status, root = cJSON_Parse(r.body);
+    resp_free(&r);
+    return root;
 }
 
 /* The value of a metric line "name value" in the server's /metrics (exact name, labels included), or -1. */

@@ -248,12 +248,14 @@ static void test_rerank_response(void) {
 
 /* The JSON body of a POST (NULL unless it answered 200) */
 static cJSON *post_json(int port, const char *path, const char *body) {
-    resp r;
-    memset(&r, 0, sizeof r);
-    cJSON *j = http(port, "POST", path, NULL, body, &r) && r.status == 200 && r.body ? cJSON_Parse(r.body) : NULL;
-    if (!j) fprintf(stderr, "    %s: %d %s\n", path, r.status, r.body ? r.body : "");
-    resp_free(&r);
-    return j;
+    int status;
+    cJSON *j = post_json_status(port, path, body, &status);
+    if (status == 200) return j;
+    char *shown = j ? cJSON_PrintUnformatted(j) : NULL;
+    fprintf(stderr, "    %s: %d %s\n", path, status, shown ? shown : "");
+    free(shown);
+    cJSON_Delete(j);
+    return NULL;
 }
 
 /* The log-probability the model gives token tok after text's prompt, through /v1/completions' echo */

@@ -1283,15 +1283,6 @@ static void test_draft_model(void) {
  * and stream shapes (the stream's content joined is the whole response's, its last event carries
  * the settlement, no [DONE]), stop words, n_predict 0 warming the prefix cache, token-id prompts,
  * /props, and its refusals. */
-static cJSON *post_json(int port, const char *path, const char *body, int *status) {
-    resp r;
-    cJSON *root = NULL;
-    *status = 0;
-    if (http(port, "POST", path, NULL, body, &r)) *status = r.status, root = cJSON_Parse(r.body);
-    resp_free(&r);
-    return root;
-}
-
 static const char *jstr(const cJSON *o, const char *k) {
     const cJSON *v = cJSON_GetObjectItem(o, k);
     return cJSON_IsString(v) ? v->valuestring : "";
@@ -1319,7 +1310,7 @@ static void test_llamacpp_native(void) {
     };
     for (size_t i = 0; i < sizeof same / sizeof same[0]; i++) {
         int st1, st2;
-        cJSON *a = post_json(port, "/completion", same[i].native, &st1), *b = post_json(port, "/v1/completions", same[i].openai, &st2);
+        cJSON *a = post_json_status(port, "/completion", same[i].native, &st1), *b = post_json_status(port, "/v1/completions", same[i].openai, &st2);
         const char *want = jstr(cJSON_GetArrayItem(cJSON_GetObjectItem(b, "choices"), 0), "text");
         T_CHECK(st1 == 200 && st2 == 200 && *want && !strcmp(jstr(a, "content"), want), "case %zu: native '%s', openai '%s'", i,
                 jstr(a, "content"), want);
@@ -1333,9 +1324,9 @@ static void test_llamacpp_native(void) {
     /* n_probs: a record a generated token, whose texts spell the content, with n alternatives; the
        values /v1/completions' logprobs give; post_sampling_probs as probabilities */
     int st1, st2, st3;
-    cJSON *np = post_json(port, "/completion", "{\"prompt\":\"Once upon a time\",\"n_predict\":12,\"temperature\":0,\"n_probs\":3}", &st1);
-    cJSON *op = post_json(port, "/v1/completions", "{\"prompt\":\"Once upon a time\",\"max_tokens\":12,\"temperature\":0,\"logprobs\":3}", &st2);
-    cJSON *pp = post_json(port, "/completion",
+    cJSON *np = post_json_status(port, "/completion", "{\"prompt\":\"Once upon a time\",\"n_predict\":12,\"temperature\":0,\"n_probs\":3}", &st1);
+    cJSON *op = post_json_status(port, "/v1/completions", "{\"prompt\":\"Once upon a time\",\"max_tokens\":12,\"temperature\":0,\"logprobs\":3}", &st2);
+    cJSON *pp = post_json_status(port, "/completion",
                           "{\"prompt\":\"Once upon a time\",\"n_predict\":12,\"temperature\":0,\"n_probs\":3,\"post_sampling_probs\":true}", &st3);
     const cJSON *cp = cJSON_GetObjectItem(np, "completion_probabilities"), *pcp = cJSON_GetObjectItem(pp, "completion_probabilities");
     const cJSON *olp = cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(op, "choices"), 0), "logprobs"),
@@ -1383,20 +1374,20 @@ static void test_llamacpp_native(void) {
     resp_free(&whole), resp_free(&streamed);
     /* a stop word */
     int st;
-    cJSON *a = post_json(port, "/completion", "{\"prompt\":\"Once upon a time\",\"n_predict\":100,\"temperature\":0,\"stop\":[\"park\",\"zz\"]}", &st);
+    cJSON *a = post_json_status(port, "/completion", "{\"prompt\":\"Once upon a time\",\"n_predict\":100,\"temperature\":0,\"stop\":[\"park\",\"zz\"]}", &st);
     T_CHECK(st == 200 && !strcmp(jstr(a, "stop_type"), "word") && !strcmp(jstr(a, "stopping_word"), "park") && !strstr(jstr(a, "content"), "park"),
             "stop word: %s / %s", jstr(a, "stop_type"), jstr(a, "stopping_word"));
     cJSON_Delete(a);
-    a = post_json(port, "/completion", "{\"prompt\":\"Once upon a time\",\"n_predict\":7,\"temperature\":0}", &st);
+    a = post_json_status(port, "/completion", "{\"prompt\":\"Once upon a time\",\"n_predict\":7,\"temperature\":0}", &st);
     T_CHECK(st == 200 && !strcmp(jstr(a, "stop_type"), "limit") && jnum(a, "tokens_predicted") == 7, "limit: %s", jstr(a, "stop_type"));
     cJSON_Delete(a);
     /* n_predict 0: the prompt alone, nothing back; then the same prompt finds its blocks cached */
     const char *warm = "{\"prompt\":\"Tom and his sister Mia went to the big park by the lake to fly a red kite with their dad\",\"n_predict\":0}";
-    a = post_json(port, "/completion", warm, &st);
+    a = post_json_status(port, "/completion", warm, &st);
     const double evaluated = jnum(a, "tokens_evaluated");
     T_CHECK(st == 200 && !*jstr(a, "content") && jnum(a, "tokens_predicted") == 0 && evaluated > 16, "n_predict 0: %g evaluated", evaluated);
     cJSON_Delete(a);
-    a = post_json(port, "/completion",
+    a = post_json_status(port, "/completion",
                   "{\"prompt\":\"Tom and his sister Mia went to the big park by the lake to fly a red kite with their dad\",\"n_predict\":4}", &st);
     T_CHECK(st == 200 && jnum(a, "tokens_cached") >= 16, "after warming: %g cached", jnum(a, "tokens_cached"));
     cJSON_Delete(a);

@@ -6,9 +6,9 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "base/file.h"
 #include <cjson/cJSON.h>
 
+#include "base/file.h"
 #include "base/log.h"
 #include "cli/cli.h"
 #include "model/gguf.h"

@@ -32,6 +32,24 @@
 static const char *CMD = "serve"; /* or the job's command (cli_serve_run) */
 #define GRACE_S 5.0
 
+/* Reranking's prompts and tokens: --rerank-template's prompt, else a GGUF's own rerank template
+ * (llama.cpp's), else the chat template. 0, or 1 with the error said. */
+static int rerank_setup(const char *model_path, const nv_tokenizer *tok, int head_rows, const char *tokens, const char *file,
+                        const char *instruction, nv_rerank *out) {
+    char *text = NULL;
+    if (file && nv_file_read_all(file, &text, NULL) != NV_OK) return cli_error(CMD, 1, "--rerank-template: %s", nv_errmsg());
+    if (!file && (text = cli_gguf_named_template(model_path, "rerank")) && (!strstr(text, "{query}") || !strstr(text, "{document}"))) {
+        nv_warn("%s: its rerank template holds no {query} and {document}: ignored (the chat template makes rerank prompts)", model_path);
+        free(text), text = NULL;
+    }
+    if (instruction && text && !strstr(text, "{instruction}"))
+        nv_warn("--rerank-instruction: the rerank template has no {instruction}: the instruction is not used");
+    const nv_err e = nv_rerank_init(out, tok, head_rows, tokens, text, instruction);
+    free(text);
+    if (e == NV_OK) return 0;
+    return cli_error(CMD, 1, "%s%s", file && !strstr(nv_errmsg(), "--rerank") ? "--rerank-template: " : "", nv_errmsg());
+}
+
 static void usage(FILE *f) {
     fprintf(f,
             "usage: nerve serve -m MODEL [-z TOKENIZER] [--port 8000] [--host 127.0.0.1] [--alias NAME]\n"
@@ -510,27 +528,7 @@ int cli_serve_run(int argc, char **argv, const cli_serve_job *job) {
     }
     if ((rc = cli_chat_template(CMD, model_path, template_name, template_file, run_jinja, &tmpl, &jinja, &jinja_text)) != 0) goto done;
     rc = 1;
-    { /* reranking: --rerank-template's prompt, else a GGUF's own rerank template (llama.cpp's), else the chat template */
-        char *rerank_text = NULL;
-        size_t rerank_len = 0;
-        if (rerank_file && nv_file_read_all(rerank_file, &rerank_text, &rerank_len) != NV_OK) {
-            cli_error(CMD, 1, "--rerank-template: %s", nv_errmsg());
-            goto done;
-        }
-        if (!rerank_file && (rerank_text = cli_gguf_named_template(model_path, "rerank")) &&
-            (!strstr(rerank_text, "{query}") || !strstr(rerank_text, "{document}"))) {
-            nv_warn("%s: its rerank template holds no {query} and {document}: ignored (the chat template makes rerank prompts)", model_path);
-            free(rerank_text), rerank_text = NULL;
-        }
-        if (rerank_instruction && rerank_text && !strstr(rerank_text, "{instruction}"))
-            nv_warn("--rerank-instruction: the rerank template has no {instruction}: the instruction is not used");
-        const nv_err re = nv_rerank_init(&rerank, tok, model.n_cls_head, rerank_tokens, rerank_text, rerank_instruction);
-        free(rerank_text);
-        if (re != NV_OK) {
-            cli_error(CMD, 1, "%s%s", rerank_file && !strstr(nv_errmsg(), "--rerank") ? "--rerank-template: " : "", nv_errmsg());
-            goto done;
-        }
-    }
+    if (rerank_setup(model_path, tok, model.n_cls_head, rerank_tokens, rerank_file, rerank_instruction, &rerank)) goto done;
     if (reasoning < 0) reasoning = tmpl == NV_CHAT_DEEPSEEK; /* R1 models answer after a think block */
     /* a template whose calls open with a control token (Granite's <|tool_call|>): its text must reach
        the tool-call parser, as llama.cpp's preserved tokens */

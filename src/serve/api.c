@@ -98,7 +98,7 @@ static int get_int(const cJSON *root, const char *key, double lo, double hi, lon
     return 0;
 }
 
-static int get_bool(const cJSON *root, const char *key, int *out, nv_api_error *err) {
+int nv_api_get_bool(const cJSON *root, const char *key, int *out, nv_api_error *err) {
     const cJSON *v = nv_api_field(root, key);
     if (!v) return 0;
     if (!cJSON_IsBool(v)) {
@@ -243,7 +243,7 @@ static int parse_logprobs(const cJSON *root, int chat, nv_api_request *out, nv_a
     long long k = 0;
     int given = 0, rc;
     if (chat) {
-        if ((rc = get_bool(root, "logprobs", &out->req.logprobs, err))) return rc;
+        if ((rc = nv_api_get_bool(root, "logprobs", &out->req.logprobs, err))) return rc;
         if ((rc = get_int(root, "top_logprobs", 0, NV_MAX_TOP_LOGPROBS, &k, &given, err))) return rc;
         if (given && !out->req.logprobs) {
             nv_api_error_set(err, E400, NULL, "top_logprobs", "'top_logprobs' needs 'logprobs': true");
@@ -584,7 +584,7 @@ void nv_api_tool_texts_free(char **texts, int n) {
 static int parse_tools(const nv_api_ctx *ctx, const cJSON *root, nv_api_request *out, nv_api_error *err) {
     const cJSON *tools = nv_api_field(root, "tools"), *choice = nv_api_field(root, "tool_choice");
     int parallel = 1, rc;
-    if ((rc = get_bool(root, "parallel_tool_calls", &parallel, err))) return rc;
+    if ((rc = nv_api_get_bool(root, "parallel_tool_calls", &parallel, err))) return rc;
     if (!tools || (cJSON_IsArray(tools) && !tools->child)) {
         if (choice && !(cJSON_IsString(choice) && !strcmp(choice->valuestring, "none"))) {
             nv_api_error_set(err, E400, NULL, "tool_choice", "'tool_choice' is only allowed when 'tools' are given");
@@ -862,9 +862,9 @@ static int chat_opts(const cJSON *root, const nv_api_messages *msgs, nv_chat_opt
         nv_api_error_set(err, E400, NULL, "chat_template_kwargs", "'chat_template_kwargs' must be an object");
         return err->status;
     }
-    if (kw && (rc = get_bool(kw, "enable_thinking", &thinking, err))) return rc;
-    if ((rc = get_bool(root, "continue_final_message", &cont, err))) return rc;
-    if ((rc = get_bool(root, "add_generation_prompt", &gen, err))) return rc; /* vLLM's and llama.cpp's */
+    if (kw && (rc = nv_api_get_bool(kw, "enable_thinking", &thinking, err))) return rc;
+    if ((rc = nv_api_get_bool(root, "continue_final_message", &cont, err))) return rc;
+    if ((rc = nv_api_get_bool(root, "add_generation_prompt", &gen, err))) return rc; /* vLLM's and llama.cpp's */
     const nv_chat_msg *last = &msgs->m[msgs->n - 1];
     if (cont && (strcmp(last->role, "assistant") != 0 || last->n_calls)) {
         nv_api_error_set(err, E400, NULL, "continue_final_message",
@@ -1153,7 +1153,7 @@ static int parse_root(const nv_api_ctx *ctx, int chat, const cJSON *root, const 
                       nv_api_error *err) {
     int rc, given;
     if ((rc = nv_api_check_model(ctx, root, &out->req.adapter, &out->req.adapter_gen, out->model, err))) return rc;
-    if ((rc = get_bool(root, "stream", &out->stream, err))) return rc;
+    if ((rc = nv_api_get_bool(root, "stream", &out->stream, err))) return rc;
     const cJSON *so = nv_api_field(root, "stream_options");
     if (so) {
         if (!cJSON_IsObject(so)) {
@@ -1164,7 +1164,7 @@ static int parse_root(const nv_api_ctx *ctx, int chat, const cJSON *root, const 
             nv_api_error_set(err, E400, NULL, "stream_options", "'stream_options' is only allowed when 'stream' is true");
             return err->status;
         }
-        if ((rc = get_bool(so, "include_usage", &out->include_usage, err))) {
+        if ((rc = nv_api_get_bool(so, "include_usage", &out->include_usage, err))) {
             snprintf(err->param, sizeof err->param, "stream_options.include_usage");
             return rc;
         }
@@ -1207,7 +1207,7 @@ static int parse_root(const nv_api_ctx *ctx, int chat, const cJSON *root, const 
         nv_api_error_set(err, E400, NULL, "user", "'user' must be a string");
         return err->status;
     }
-    if (!chat && (rc = get_bool(root, "echo", &out->echo, err))) return rc;
+    if (!chat && (rc = nv_api_get_bool(root, "echo", &out->echo, err))) return rc;
     out->req.prompt_logprobs = out->echo && out->req.logprobs; /* the echoed prompt's tokens get theirs too */
     if ((rc = parse_stop(root, po->max_stop, out, err))) return rc;
     if ((rc = parse_response_format(ctx, chat, root, out, err))) return rc;
@@ -1294,7 +1294,7 @@ static int parse_root(const nv_api_ctx *ctx, int chat, const cJSON *root, const 
      * min_tokens tokens). Not with a grammar: its sentence may end only on one of them. */
     long long min_tokens = 0;
     int mint_given = 0;
-    if ((rc = get_bool(root, "ignore_eos", &out->req.ignore_eos, err))) return rc;
+    if ((rc = nv_api_get_bool(root, "ignore_eos", &out->req.ignore_eos, err))) return rc;
     if ((rc = get_int(root, "min_tokens", 0, 1e9, &min_tokens, &mint_given, err))) return rc;
     if (min_tokens > max_tokens) {
         nv_api_error_set(err, E400, NULL, "min_tokens", "'min_tokens' (%lld) must be at most the answer's %lld tokens",
@@ -1330,16 +1330,8 @@ cJSON *nv_api_body_object(const char *body, size_t len, nv_api_error *err) {
         nv_api_error_set(err, E400, "invalid_json", NULL, "The request holds the escape \\u0000: NUL characters are not supported");
         return NULL;
     }
-    const char *end = NULL;
-    cJSON *root = body && len ? cJSON_ParseWithLengthOpts(body, len, &end, 0) : NULL;
-    nv_json_mark_floats(root, body, len); /* a tool's schema or a call's arguments show 1.0 as written */
-    if (root && end) /* nothing but white space may follow the value */
-        for (const char *p = end; p < body + len; p++)
-            if (*p != ' ' && *p != '\t' && *p != '\r' && *p != '\n') {
-                cJSON_Delete(root);
-                root = NULL;
-                break;
-            }
+    /* (a tool's schema or a call's arguments then show 1.0 as written) */
+    cJSON *root = body && len ? nv_json_parse_whole(body, len) : NULL;
     if (!root) {
         nv_api_error_set(err, E400, "invalid_json", NULL,
                          len ? "We could not parse the JSON body of your request: it is not valid JSON"
@@ -1434,8 +1426,8 @@ int nv_api_tokenize(const nv_api_ctx *ctx, const char *body, size_t len, char **
     } else if (!cJSON_IsString(text)) {
         nv_api_error_set(err, E400, NULL, key, "'%s' must be a string", key);
         rc = err->status;
-    } else if (!(rc = get_bool(root, content ? "add_special" : "add_special_tokens", &add_special, err))) {
-        rc = get_bool(root, "with_pieces", &with_pieces, err);
+    } else if (!(rc = nv_api_get_bool(root, content ? "add_special" : "add_special_tokens", &add_special, err))) {
+        rc = nv_api_get_bool(root, "with_pieces", &with_pieces, err);
     }
     int *ids = NULL, n = 0;
     if (!rc && nv_tokenizer_encode(ctx->tok, text->valuestring, add_special, 0, &ids, &n) != NV_OK) {

@@ -134,6 +134,8 @@ int nv_api_copy_field(const cJSON *in, cJSON *out, const char *key, const char *
 /* The fill-in-the-middle markers of a code model's vocabulary (prefix, suffix, middle): Qwen2.5-Coder's,
  * StarCoder's or DeepSeek-Coder's; 0 when it has none. */
 int nv_api_fim_tokens(const nv_tokenizer *tok, int ids[3]);
+/* A boolean field key of root into *out (left as it is when absent): 0, or a 400's status. */
+int nv_api_get_bool(const cJSON *root, const char *key, int *out, nv_api_error *err);
 /* 'model', when given, must name the served model or one of its adapters (whose number and
  * generation go to *adapter and *gen; 0 for the base model or none given); the id goes to id.
  * 0, or the error's status. */

@@ -1350,9 +1350,6 @@ static enum MHD_Result messages(nv_http *h, struct MHD_Connection *c, conn_ctx *
     return generate(h, c, cc, ar, pm);
 }
 
-/* /v1/embeddings: each input a prompt-only request that keeps its embedding, run in waves of up to
- * NV_MAX_CHOICES at once (no more than the queue holds; batched by the scheduler like any others),
- * all within one --timeout; the answer lists them in input order. */
 /* /v1/load_lora_adapter {"lora_name", "lora_path"} and /v1/unload_lora_adapter {"lora_name"}
  * (vLLM's, answered as it does: a line of text), with --allow-lora-updates only. A load reads the
  * file and builds its plans on this connection's thread; requests go on meanwhile. */

@@ -221,8 +221,7 @@ int nv_rerank_parse(const nv_api_ctx *ctx, const nv_rerank *rk, nv_rerank_api ap
     const int tei = api == NV_RERANK_TEI;
     const char *qkey = score ? "text_1" : "query", *dkey = score ? "text_2" : tei ? "texts" : "documents";
     const cJSON *q = nv_api_field(root, qkey), *docs = nv_api_field(root, dkey);
-    const cJSON *top_n = score ? NULL : nv_api_field(root, "top_n"), *ret = score ? NULL : nv_api_field(root, tei ? "return_text" : "return_documents");
-    const cJSON *raw = tei ? nv_api_field(root, "raw_scores") : NULL;
+    const cJSON *top_n = score ? NULL : nv_api_field(root, "top_n");
     const cJSON *cut = api == NV_RERANK_COHERE ? nv_api_field(root, "max_tokens_per_doc") : NULL;
     int nq = 0, nd = 0, q_single = 0, d_single = 0;
     if (!rc && score) {
@@ -241,18 +240,17 @@ int nv_rerank_parse(const nv_api_ctx *ctx, const nv_rerank *rk, nv_rerank_api ap
     int n_top = nd, per_doc = api == NV_RERANK_COHERE ? 4096 : -1; /* (Cohere's default) */
     if (!rc && top_n && !count_field(top_n, 0, nd, &n_top))
         nv_api_error_set(err, E400, NULL, "top_n", "'top_n' must be an integer >= 0"), rc = err->status;
-    if (!rc && ret && !cJSON_IsBool(ret))
-        nv_api_error_set(err, E400, NULL, ret->string, "'%s' must be a boolean", ret->string), rc = err->status;
-    if (!rc && raw && !cJSON_IsBool(raw))
-        nv_api_error_set(err, E400, NULL, "raw_scores", "'raw_scores' must be a boolean"), rc = err->status;
+    int ret_docs = api == NV_RERANK_JINA, raw = 0;
+    if (!rc && !score) rc = nv_api_get_bool(root, tei ? "return_text" : "return_documents", &ret_docs, err);
+    if (!rc && tei) rc = nv_api_get_bool(root, "raw_scores", &raw, err);
     if (!rc && cut && !count_field(cut, 1, 1 << 30, &per_doc))
         nv_api_error_set(err, E400, NULL, "max_tokens_per_doc", "'max_tokens_per_doc' must be an integer >= 1"), rc = err->status;
     if (!rc) {
         out->n = nd;
         out->top_n = n_top >= 1 ? n_top : nd;
         out->one_query = q_single || nq == 1;
-        out->return_documents = ret ? cJSON_IsTrue(ret) : api == NV_RERANK_JINA;
-        out->raw = raw && cJSON_IsTrue(raw);
+        out->return_documents = ret_docs;
+        out->raw = raw;
         if (!(out->ids = calloc((size_t)nd, sizeof *out->ids)) || !(out->n_ids = calloc((size_t)nd, sizeof *out->n_ids)) ||
             !(out->docs = calloc((size_t)nd, sizeof *out->docs)))
             rc = nv_api_oom(err);

@@ -232,8 +232,7 @@ static void call_id(char *out, nv_tool_style style) {
 
 static int is_ws(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
 
-/* The JSON value that is all of text but white space, or NULL. */
-static cJSON *parse_whole(const char *text, size_t n) {
+cJSON *nv_json_parse_whole(const char *text, size_t n) {
     const char *end = NULL;
     cJSON *j = cJSON_ParseWithLengthOpts(text, n, &end, 0);
     while (j && end && end < text + n && is_ws(*end)) end++;
@@ -241,6 +240,7 @@ static cJSON *parse_whole(const char *text, size_t n) {
         cJSON_Delete(j);
         j = NULL;
     }
+    nv_json_mark_floats(j, text, n);
     return j;
 }
 
@@ -272,7 +272,7 @@ static int call_of_json(const nv_tool_parser *p, const cJSON *j, nv_tool_call *o
 
 /* A call from JSON text (only white space may follow it). */
 static int parse_call(const nv_tool_parser *p, const char *text, size_t n, nv_tool_call *out) {
-    cJSON *j = parse_whole(text, n);
+    cJSON *j = nv_json_parse_whole(text, n);
     int ok = call_of_json(p, j, out);
     cJSON_Delete(j);
     return ok;
@@ -395,7 +395,7 @@ static int feed_llama3(nv_tool_parser *p, int final, nv_buf *content, nv_tool_ca
 /* The calls after Granite's or Mistral's marker: a JSON list of calls (or one call); every element
  * must be one, else none is (1: calls added, 0: not calls, -1: out of memory). */
 static int listed_calls(nv_tool_parser *p, const char *text, size_t n, nv_tool_call **calls, int *n_calls) {
-    cJSON *j = parse_whole(text, n);
+    cJSON *j = nv_json_parse_whole(text, n);
     int ok = j != NULL, made = 0;
     for (const cJSON *e = cJSON_IsArray(j) ? j->child : j; ok > 0 && e; e = e->next) {
         nv_tool_call c;

@@ -37,6 +37,9 @@ void nv_py_json(nv_buf *b, const cJSON *v, int indent);
  * so that what is printed for a template (nv_py_json, a template run as Jinja) shows 3.0 as
  * json.loads keeps it. Numbers come in the tree's order as in the text's. */
 void nv_json_mark_floats(cJSON *json, const char *text, size_t n);
+/* The JSON value that is all of text[0..n) but white space (cJSON alone stops at the value's end and
+ * takes the rest for nothing), its floats marked (nv_json_mark_floats); NULL when it is not one. */
+cJSON *nv_json_parse_whole(const char *text, size_t n);
 /* 1 when v is a number nv_json_mark_floats marked as written as a float. */
 int nv_json_is_float(const cJSON *v);
 /* v as Python's repr prints what json.loads makes of it (str(dict): single-quoted strings, True,

@@ -280,20 +280,6 @@ static nv_err load_text_dir(nv_source *s, const nv_tokenizer *tok) {
     return e;
 }
 
-/* One .jsonl line [text, text + len) as JSON: NULL when it is not one JSON value with nothing but
-   white space after it (cJSON would stop at the value's end and take the rest for nothing). */
-static cJSON *parse_line(const char *text, size_t len) {
-    const char *end = NULL;
-    cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
-    if (!root) return NULL;
-    nv_json_mark_floats(root, text, len); /* as serve reads a request: a tool's 1.0 shown as written */
-    for (; end && end < text + len; end++)
-        if (*end != ' ' && *end != '\t' && *end != '\r' && *end != '\n') {
-            cJSON_Delete(root);
-            return NULL;
-        }
-    return root;
-}
 
 /* The next line of t[0, len) from *at that is not blank: *line, *n bytes (without its '\n'), its
    number in *line_no (blank lines counted); 0 at the end. */
@@ -318,7 +304,7 @@ static cJSON *first_jsonl_object(const char *t, size_t len) {
     size_t at = 0, n = 0;
     long line_no = 0;
     const char *line;
-    return next_line(t, len, &at, &line_no, &line, &n) ? parse_line(line, n) : NULL;
+    return next_line(t, len, &at, &line_no, &line, &n) ? nv_json_parse_whole(line, n) : NULL;
 }
 
 int nv_data_jsonl_is_text(const char *path) {
@@ -342,7 +328,7 @@ nv_err nv_data_jsonl_each_text(const char *path, nv_err (*fn)(void *ctx, const c
     size_t at = 0, len = 0;
     const char *line;
     while (e == NV_OK && next_line(t, m.len, &at, &line_no, &line, &len)) {
-        cJSON *root = parse_line(line, len);
+        cJSON *root = nv_json_parse_whole(line, len);
         const cJSON *text = cJSON_GetObjectItemCaseSensitive(root, "text");
         if (!cJSON_IsObject(root) || !cJSON_IsString(text))
             e = nv_fail(NV_EFORMAT, "%s:%ld: not a JSON object with a \"text\" string (a file of text lines has one a line)", path,
@@ -692,7 +678,7 @@ static nv_err jsonl_line(nv_source *s, chat_build *cb, const nv_tokenizer *tok, 
                          size_t len, long line_no, int first_line) {
     char *text = terminated(line, len); /* the parser never reads to the mapped file's end */
     if (!text) return nv_fail(NV_ENOMEM, "out of memory reading %s", s->path);
-    cJSON *root = parse_line(text, len);
+    cJSON *root = nv_json_parse_whole(text, len);
     free(text);
     if (!root || !cJSON_IsObject(root)) {
         cJSON_Delete(root);
