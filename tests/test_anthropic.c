@@ -42,7 +42,7 @@ static const char *O_TOOLS = "\"tools\":[{\"type\":\"function\",\"function\":{\"
 static void test_translation_matches_openai(void) {
     nv_tokenizer *tok = tok512();
     if (!tok) return;
-    nv_api_ctx ctx = {"m", tok, NV_CHAT_CHATML, 4096, 512, 4000, 0, 64, NULL, NULL};
+    nv_api_ctx ctx = {.model_id = "m", .tok = tok, .tmpl = NV_CHAT_CHATML, .seq_len = 4096, .vocab_size = 512, .capacity = 4000, .reasoning = 0, .dim = 64};
     char a[4096], o[4096], why[256];
     snprintf(a, sizeof a,
              "{\"model\":\"m\",\"max_tokens\":9,\"system\":[{\"type\":\"text\",\"text\":\"Be kind.\"},{\"type\":\"text\","
@@ -113,7 +113,7 @@ static void test_translation_matches_openai(void) {
 static void test_thinking_default(void) {
     nv_tokenizer *tok = tok512();
     if (!tok) return;
-    nv_api_ctx ctx = {"m", tok, NV_CHAT_CHATML, 4096, 512, 4000, 1, 64, NULL, NULL};
+    nv_api_ctx ctx = {.model_id = "m", .tok = tok, .tmpl = NV_CHAT_CHATML, .seq_len = 4096, .vocab_size = 512, .capacity = 4000, .reasoning = 1, .dim = 64};
     char why[256];
     const char *off = "{\"chat_template_kwargs\":{\"enable_thinking\":false},\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}]}";
     const char *on = "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}]}";
@@ -151,7 +151,7 @@ static void test_prefill(void) {
     const char *oai = "{\"continue_final_message\":true,\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"},{\"role\":\"assistant\","
                       "\"content\":\"Once upon\"}]}";
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-        nv_api_ctx ctx = {"m", tok, cases[c].t, 4096, 512, 4000, 0, 64, NULL, NULL};
+        nv_api_ctx ctx = {.model_id = "m", .tok = tok, .tmpl = cases[c].t, .seq_len = 4096, .vocab_size = 512, .capacity = 4000, .reasoning = 0, .dim = 64};
         nv_api_request r;
         nv_anth_meta m;
         nv_api_error e;
@@ -185,7 +185,7 @@ static int anth_error_ok(const char *body, const char *type, const char *needle,
 static void test_refusals(void) {
     nv_tokenizer *tok = tok512();
     if (!tok) return;
-    nv_api_ctx ctx = {"m", tok, NV_CHAT_CHATML, 4096, 512, 4000, 0, 64, NULL, NULL};
+    nv_api_ctx ctx = {.model_id = "m", .tok = tok, .tmpl = NV_CHAT_CHATML, .seq_len = 4096, .vocab_size = 512, .capacity = 4000, .reasoning = 0, .dim = 64};
     const struct {
         const char *body, *needle;
         int status;
@@ -263,7 +263,7 @@ static void test_refusals(void) {
 static void test_limits_and_count(void) {
     nv_tokenizer *tok = tok512();
     if (!tok) return;
-    nv_api_ctx ctx = {"m", tok, NV_CHAT_CHATML, 64, 512, 4000, 0, 64, NULL, NULL};
+    nv_api_ctx ctx = {.model_id = "m", .tok = tok, .tmpl = NV_CHAT_CHATML, .seq_len = 64, .vocab_size = 512, .capacity = 4000, .reasoning = 0, .dim = 64};
     nv_api_request r;
     nv_anth_meta m;
     nv_api_error e;

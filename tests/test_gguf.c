@@ -998,18 +998,19 @@ static void test_serve_declared_template(void) {
                   "", "chat template olmo2"},
                  /* GLM's: OLMo 2's role markers, but a prompt and calls of its own: none nerve knows */
                  {"[gMASK]<sop>{% for m in messages %}<|{{ m.role }}|>{{ m.content }}{% endfor %}<|assistant|>", "", "run as Jinja, KV"},
-                 /* exactly nerve's own template: its renderer */
-                 {NULL, "", "chat template chatml,"},
+                 /* exactly nerve's own template: its renderer (which shows Qwen3's think blocks: answers read for them) */
+                 {NULL, "", "chat template chatml (reasoning to reasoning_content),"},
                  /* a ChatML template that shows a system message, tools, calls and results: run as it is written */
                  {"{%- if tools %}<|im_start|>system\n{{ tools | tojson }}<|im_end|>\n{% endif %}{%- for m in messages %}<|im_start|>"
                   "{{ m.role }}\n{{ m.content or '' }}{% for c in m.tool_calls or [] %}{{ c.function | tojson }}{% endfor %}<|im_end|>\n"
                   "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}",
                   "", "run as Jinja (stops and tool calls as chatml)"},
-                 /* the same opening a think block in its generation prompt: the renderer (nerve reads reasoning from <think>) */
+                 /* the same opening a think block in its generation prompt: run as written too, its answers read as
+                    starting in the block */
                  {"{%- if tools %}<|im_start|>system\n{{ tools | tojson }}<|im_end|>\n{% endif %}{%- for m in messages %}<|im_start|>"
                   "{{ m.role }}\n{{ m.content or '' }}{% for c in m.tool_calls or [] %}{{ c.function | tojson }}{% endfor %}<|im_end|>\n"
                   "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n<think>\n{% endif %}",
-                  "", "opens a think block in its prompt: nerve's chatml renderer instead"},
+                  "", "run as Jinja (stops and tool calls as chatml) (reasoning to reasoning_content)"},
                  /* a Gemma-marked one that refuses a system message: Gemma's renderer (which folds it into the first turn) */
                  {"{% for m in messages %}{% if m.role == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}"
                   "<start_of_turn>{{ m.role }}\n{{ m.content }}<end_of_turn>\n{% endfor %}<start_of_turn>model\n",

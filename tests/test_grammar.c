@@ -411,6 +411,14 @@ static void test_think(void) {
     T_CHECK(nv_glazy_step(&z, &gs, 16, "<tool_call>\n{") == 1 && gs.m, "after it");
     nv_gsampler_free(&gs);
     nv_glazy_free(&z);
+    /* a block the prompt opened: the answer starts inside it */
+    T_CHECK(nv_glazy_init(&z, g, "<tool_call>", 0) == NV_OK, "%s", nv_errmsg());
+    z.think = 1, z.thk.state = NV_THINK_IN;
+    const char *opened[] = {"I could write <tool_call>\n{ ", "here</think>", "\n"};
+    for (int i = 0; i < 3; i++) T_CHECK(nv_glazy_step(&z, &gs, 16, opened[i]) == 0 && !gs.m, "inside the opened block (%d)", i);
+    T_CHECK(nv_glazy_step(&z, &gs, 16, "<tool_call>\n{") == 1 && gs.m, "after it");
+    nv_gsampler_free(&gs);
+    nv_glazy_free(&z);
     /* at the start, after the block */
     T_CHECK(nv_glazy_init(&z, g, "<tool_call>", 1) == NV_OK, "%s", nv_errmsg());
     z.think = 1;

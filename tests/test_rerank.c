@@ -76,7 +76,7 @@ static void test_rerank_parse(void) {
     if (!tok) return;
     nv_rerank rk;
     T_CHECK(nv_rerank_init(&rk, tok, 0, "the,a", "Q: {query}\nD: {document}\nI: {instruction}", "inst") == NV_OK, "%s", nv_errmsg());
-    nv_api_ctx ctx = {"m", tok, NV_CHAT_PLAIN, 512, 512, 400, 0, 64, NULL, NULL};
+    nv_api_ctx ctx = {.model_id = "m", .tok = tok, .tmpl = NV_CHAT_PLAIN, .seq_len = 512, .vocab_size = 512, .capacity = 400, .reasoning = 0, .dim = 64};
     nv_rerank_req r;
     nv_api_error e;
     /* the template filled in one pass: a document's "{query}" stays as it is */
@@ -198,7 +198,7 @@ static void test_rerank_response(void) {
     if (!tok) return;
     nv_rerank rk;
     T_CHECK(nv_rerank_init(&rk, tok, 0, "the,a", "{query} {document}", NULL) == NV_OK, "%s", nv_errmsg());
-    nv_api_ctx ctx = {"m", tok, NV_CHAT_PLAIN, 512, 512, 400, 0, 64, NULL, NULL};
+    nv_api_ctx ctx = {.model_id = "m", .tok = tok, .tmpl = NV_CHAT_PLAIN, .seq_len = 512, .vocab_size = 512, .capacity = 400, .reasoning = 0, .dim = 64};
     nv_rerank_req r;
     nv_api_error e;
     const float rel[3] = {0.25f, 0.75f, 0.25f};

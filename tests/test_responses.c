@@ -45,7 +45,7 @@ static const char *C_TOOLS = "\"tools\":[{\"type\":\"function\",\"function\":{\"
 static void test_translation(void) {
     nv_tokenizer *tok = tok512();
     if (!tok) return;
-    nv_api_ctx ctx = {"m", tok, NV_CHAT_CHATML, 4096, 512, 4000, 0, 64, NULL, NULL};
+    nv_api_ctx ctx = {.model_id = "m", .tok = tok, .tmpl = NV_CHAT_CHATML, .seq_len = 4096, .vocab_size = 512, .capacity = 4000, .reasoning = 0, .dim = 64};
     char r[4096], c[4096], why[256];
     snprintf(r, sizeof r,
              "{\"model\":\"m\",\"instructions\":\"Be kind.\",%s,\"input\":[{\"role\":\"developer\",\"content\":\"Short.\"},"
@@ -101,7 +101,7 @@ static void test_translation(void) {
 static void test_refusals(void) {
     nv_tokenizer *tok = tok512();
     if (!tok) return;
-    nv_api_ctx ctx = {"m", tok, NV_CHAT_CHATML, 4096, 512, 4000, 0, 64, NULL, NULL};
+    nv_api_ctx ctx = {.model_id = "m", .tok = tok, .tmpl = NV_CHAT_CHATML, .seq_len = 4096, .vocab_size = 512, .capacity = 4000, .reasoning = 0, .dim = 64};
     const struct {
         const char *body, *param;
         int status;
@@ -1020,7 +1020,7 @@ static void test_server_background(void) {
 static void test_truncation_unit(void) {
     nv_tokenizer *tok = tok512();
     if (!tok) return;
-    nv_api_ctx ctx = {"m", tok, NV_CHAT_CHATML, 4096, 512, 1000, 0, 64, NULL, NULL}; /* (the tools' description alone: about 400 tokens) */
+    nv_api_ctx ctx = {.model_id = "m", .tok = tok, .tmpl = NV_CHAT_CHATML, .seq_len = 4096, .vocab_size = 512, .capacity = 1000, .reasoning = 0, .dim = 64}; /* (the tools' description alone: about 400 tokens) */
     char longer[1024] = "", r[8192], c[4096], why[256];
     for (int k = 0; k < 40; k++) strcat(longer, "Lily and Tom play. ");
     snprintf(r, sizeof r,

@@ -308,7 +308,7 @@ static void test_chat_template_text(void) {
         T_CHECK(j && !nv_chat_template_of_jinja(j, strlen(j) - 1, &back), "a cut Jinja form recognised");
     }
     /* the endpoint: tools and kwargs as a chat request has them; the request's errors as 400s */
-    nv_api_ctx ctx = {"m", tok, NV_CHAT_CHATML, 512, 512, 100, 0, 64, NULL, NULL};
+    nv_api_ctx ctx = {.model_id = "m", .tok = tok, .tmpl = NV_CHAT_CHATML, .seq_len = 512, .vocab_size = 512, .capacity = 100, .reasoning = 0, .dim = 64};
     nv_api_error e;
     char *out = NULL;
     const char *body = "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"chat_template_kwargs\":{\"enable_thinking\":false},"
@@ -345,7 +345,7 @@ static void test_chat_template_text(void) {
 static void test_api_parse_defaults_and_limits(void) {
     nv_tokenizer *tok = tok512();
     if (!tok) return;
-    nv_api_ctx ctx = {"m", tok, NV_CHAT_CHATML, 512, 512, 100, 0, 64, NULL, NULL};
+    nv_api_ctx ctx = {.model_id = "m", .tok = tok, .tmpl = NV_CHAT_CHATML, .seq_len = 512, .vocab_size = 512, .capacity = 100, .reasoning = 0, .dim = 64};
     nv_api_request r;
     nv_api_error e;
     const char *simple = "{\"prompt\":\"Once upon a time\"}";
@@ -432,7 +432,7 @@ static void test_api_response_shapes(void) {
 static void test_api_enable_thinking(void) {
     nv_tokenizer *tok = tok512();
     if (!tok) return;
-    nv_api_ctx ctx = {"m", tok, NV_CHAT_CHATML, 512, 512, 400, 0, 64, NULL, NULL};
+    nv_api_ctx ctx = {.model_id = "m", .tok = tok, .tmpl = NV_CHAT_CHATML, .seq_len = 512, .vocab_size = 512, .capacity = 400, .reasoning = 0, .dim = 64};
     nv_api_request a, b;
     nv_api_error e;
     const char *on = "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"chat_template_kwargs\":{\"enable_thinking\":true}}";
@@ -455,7 +455,7 @@ static void test_api_enable_thinking(void) {
 static void test_api_tokenize(void) {
     nv_tokenizer *tok = tok512();
     if (!tok) return;
-    nv_api_ctx ctx = {"m", tok, NV_CHAT_PLAIN, 512, 512, 100, 0, 64, NULL, NULL};
+    nv_api_ctx ctx = {.model_id = "m", .tok = tok, .tmpl = NV_CHAT_PLAIN, .seq_len = 512, .vocab_size = 512, .capacity = 100, .reasoning = 0, .dim = 64};
     nv_api_error e;
     char *out = NULL;
     static const struct {
@@ -878,7 +878,7 @@ static void test_tool_parser(void) {
 static void test_api_tools(void) {
     nv_tokenizer *tok = tok512();
     if (!tok) return;
-    nv_api_ctx ctx = {"m", tok, NV_CHAT_CHATML, 4096, 512, 4000, 0, 64, NULL, NULL};
+    nv_api_ctx ctx = {.model_id = "m", .tok = tok, .tmpl = NV_CHAT_CHATML, .seq_len = 4096, .vocab_size = 512, .capacity = 4000, .reasoning = 0, .dim = 64};
     nv_api_request r;
     nv_api_error e;
     const char *T = "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"play\",\"parameters\":{\"type\":\"object\","
@@ -1047,7 +1047,7 @@ static void test_api_tools(void) {
 static void test_api_embeddings(void) {
     nv_tokenizer *tok = tok512();
     if (!tok) return;
-    nv_api_ctx ctx = {"m", tok, NV_CHAT_PLAIN, 512, 512, 100, 0, 2, NULL, NULL};
+    nv_api_ctx ctx = {.model_id = "m", .tok = tok, .tmpl = NV_CHAT_PLAIN, .seq_len = 512, .vocab_size = 512, .capacity = 100, .reasoning = 0, .dim = 2};
     nv_api_embed e;
     nv_api_error err;
     const char *ok = "{\"input\":[\"Once upon\",[1,2,3],\"a\"],\"encoding_format\":\"base64\",\"dimensions\":2,\"user\":\"x\"}";

@@ -392,7 +392,7 @@ static void test_chat_history(void) {
         }
     /* /api/generate through chatml: the context its answer comes with, sent back with the next
        prompt, makes that prompt the whole conversation's rendering */
-    nv_api_ctx ctx = {"m", t, NV_CHAT_CHATML, 4096, N_TOKENS, 4000, 0, 64, NULL, NULL};
+    nv_api_ctx ctx = {.model_id = "m", .tok = t, .tmpl = NV_CHAT_CHATML, .seq_len = 4096, .vocab_size = N_TOKENS, .capacity = 4000, .reasoning = 0, .dim = 64};
     nv_api_request r;
     nv_api_error e;
     nv_olla_meta meta;
@@ -475,7 +475,7 @@ static void test_fill_in_the_middle(void) {
     o.fim = 1;
     nv_tokenizer *t = load_vocab(&o);
     if (!t) return;
-    nv_api_ctx ctx = {"m", t, NV_CHAT_CHATML, 4096, N_TOKENS + 3, 4000, 0, 64, NULL, NULL};
+    nv_api_ctx ctx = {.model_id = "m", .tok = t, .tmpl = NV_CHAT_CHATML, .seq_len = 4096, .vocab_size = N_TOKENS + 3, .capacity = 4000, .reasoning = 0, .dim = 64};
     const char *body = "{\"prompt\":\"def the(\",\"suffix\":\"\\n  return cat\",\"max_tokens\":4}";
     nv_api_request r;
     nv_api_error e;
@@ -572,7 +572,7 @@ static int put_text(const nv_tokenizer *t, const char *text, int *out) {
 static void test_native_repeated_keys(void) {
     nv_tokenizer *t = load_vocab(&(vocab_opts){"qwen2", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0});
     if (!t) return;
-    nv_api_ctx ctx = {"m", t, NV_CHAT_CHATML, 4096, N_TOKENS, 4000, 0, 64, NULL, NULL};
+    nv_api_ctx ctx = {.model_id = "m", .tok = t, .tmpl = NV_CHAT_CHATML, .seq_len = 4096, .vocab_size = N_TOKENS, .capacity = 4000, .reasoning = 0, .dim = 64};
     static const char body[] = "{\"prompt\":\"cat\",\"max_tokens\":3,\"logprobs\":5,\"logprobs\":5,\"seed\":-1,\"seed\":-1}";
     nv_api_request r;
     nv_api_error e;
@@ -591,7 +591,7 @@ static void test_infill_native(void) {
         nv_tokenizer *t = load_vocab(&o);
         if (!t) return;
         const int V = N_TOKENS + (fim == 2 ? 5 : 3), PRE = N_TOKENS, SUF = PRE + 1, MID = PRE + 2, REP = PRE + 3, SEP = PRE + 4;
-        nv_api_ctx ctx = {"m", t, NV_CHAT_CHATML, 4096, V, 4000, 0, 64, NULL, NULL};
+        nv_api_ctx ctx = {.model_id = "m", .tok = t, .tmpl = NV_CHAT_CHATML, .seq_len = 4096, .vocab_size = V, .capacity = 4000, .reasoning = 0, .dim = 64};
         const char *body = "{\"input_prefix\":\"def the(\",\"input_suffix\":\"\\n  return cat\",\"prompt\":\"cat\","
                            "\"input_extra\":[{\"filename\":\"a.py\",\"text\":\"the cat\"}],\"n_predict\":8}";
         nv_api_request r;
@@ -649,7 +649,7 @@ static void test_infill_native(void) {
     }
     nv_tokenizer *t = load_vocab(&(vocab_opts){"qwen2", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0}); /* no markers */
     if (!t) return;
-    nv_api_ctx ctx = {"m", t, NV_CHAT_CHATML, 4096, N_TOKENS, 4000, 0, 64, NULL, NULL};
+    nv_api_ctx ctx = {.model_id = "m", .tok = t, .tmpl = NV_CHAT_CHATML, .seq_len = 4096, .vocab_size = N_TOKENS, .capacity = 4000, .reasoning = 0, .dim = 64};
     nv_api_request r;
     nv_api_error e = {0};
     nv_lcpp_meta m;

@@ -188,8 +188,8 @@ char *cli_gguf_named_template(const char *model_path, const char *name) {
 
 /* What a template run as written would lose against nerve's renderer of the template its markers name
  * (llama.cpp probes templates the same way before it runs them): a system message it refuses or
- * drops, tools it does not show, a call or its result it refuses or drops, or a generation prompt
- * that opens a think block (nerve reads an answer's reasoning from its <think>); NULL when none. */
+ * drops, tools it does not show, a call or its result it refuses or drops; NULL when none. (A
+ * generation prompt that opens a think block is read as the answer's: model/think.h.) */
 static const char *jinja_lacks(const nv_jinja *prog) {
     static const char *const probes[][2] = {
         {"[{\"role\": \"system\", \"content\": \"probe_system\"}, {\"role\": \"user\", \"content\": \"probe_user\"}]",
@@ -216,11 +216,6 @@ static const char *jinja_lacks(const nv_jinja *prog) {
         cJSON_Delete(vars);
         const char *text = out.data ? out.data : "";
         if (e != NV_OK || !strstr(text, wants[i][0]) || !strstr(text, wants[i][1])) lack = probes[i][1];
-        else if (i == 0) { /* the generation prompt's end, white space aside */
-            size_t n = out.len;
-            while (n && (text[n - 1] == '\n' || text[n - 1] == ' ')) n--;
-            if (n >= 7 && !memcmp(text + n - 7, "<think>", 7)) lack = "opens a think block in its prompt";
-        }
         nv_buf_free(&out);
     }
     return lack;

@@ -18,6 +18,7 @@
 #include "engine/engine.h"
 #include "model/forward.h"
 #include "model/sampler.h"
+#include "model/think.h"
 #include "model/tokenizer.h"
 #include "serve/chat.h"
 
@@ -277,6 +278,7 @@ int cmd_chat(int argc, char **argv) {
         }
         n_fed = pos;
         int token = ids[n_ids - 1], produced = 0;
+        if (nv_think_opened(tok, ids, n_ids)) fputs("<think>\n", stdout); /* the prompt opened the answer's think block: shown as it is */
         free(ids);
         size_t shown = 0; /* answer bytes printed; the rest may be the start of the stop string */
         answer.len = 0;

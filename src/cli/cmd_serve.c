@@ -55,7 +55,8 @@ static void usage(FILE *f) {
             "usage: nerve serve -m MODEL [-z TOKENIZER] [--port 8000] [--host 127.0.0.1] [--alias NAME]\n"
             "                   [--engine E] [--threads N] [--api-key KEY | --api-key-file F] [--cors] [--ssl-key-file F --ssl-cert-file F]\n"
             "                   [--chat-template plain|chatml|llama2|llama3|deepseek|phi3|gemma|granite|mistral|phi4-mini|phi4|olmo2|smollm3 |\n"
-            "                    --chat-template-file F] [--jinja] [--reasoning-format none|deepseek]\n"
+            "                    --chat-template-file F] [--jinja] [--reasoning-format auto|none|deepseek]\n"
+            "                   [--reasoning-budget N] [--reasoning-budget-message TEXT] [--reasoning-effort LEVEL]\n"
             "                   [--rerank-tokens YES[,NO]] [--rerank-template F] [--rerank-instruction TEXT]\n"
             "                   [--max-batch N] [--prefill-chunk N] [--spec-tokens N] [--spec-lookup-min N] [--spec-lookup-max N]\n"
             "                   [--prediction-tokens N]\n"
@@ -115,9 +116,16 @@ static void usage(FILE *f) {
             "                       message '<Instruct>: I\\n<Query>: Q\\n<Document>: D', thinking off)\n"
             "  --rerank-instruction TEXT\n"
             "                       what {instruction} says (default: Qwen3-Reranker's web search instruction)\n"
-            "  --reasoning-format F none or deepseek: a chat answer's leading <think>...</think> (Qwen3, DeepSeek-R1)\n"
-            "                       goes to message.reasoning_content (delta.reasoning_content streamed); default\n"
-            "                       deepseek with the deepseek chat template, else none\n"
+            "  --reasoning-format F auto, none or deepseek: a chat answer's leading <think>...</think> (Qwen3, DeepSeek-R1)\n"
+            "                       goes to message.reasoning_content (delta.reasoning_content streamed); a prompt\n"
+            "                       that opens the block starts the answer in it; auto (default): deepseek when the\n"
+            "                       chat template shows think blocks, else none; a request's reasoning_format overrides\n"
+            "  --reasoning-budget N the tokens a chat answer may think (-1: no limit, the default; 0: thinking off);\n"
+            "                       once spent, the block is closed for it (a request's thinking_token_budget)\n"
+            "  --reasoning-budget-message TEXT\n"
+            "                       what the closing forced at the budget begins with (default: nothing)\n"
+            "  --reasoning-effort L the chat template's reasoning_effort where a request gives none (none, minimal, low,\n"
+            "                       medium, high, xhigh; 'none' also turns thinking off)\n"
             "  --max-batch N        sequences decoded together per step (default 16)\n"
             "  --prefill-chunk N    prompt tokens per step, shared by sequences in prefill (default 512)\n"
             "  --spec-tokens N      speculative decoding by prompt lookup: up to N tokens (<= 16) that followed an\n"
@@ -316,7 +324,9 @@ int cli_serve_run(int argc, char **argv, const cli_serve_job *job) {
     const char *template_name = NULL, *template_file = NULL, *ssl_key = NULL, *ssl_cert = NULL, *key_file = NULL;
     const char *given_keys[MAX_API_KEYS], *api_keys[MAX_API_KEYS];
     int n_given_keys = 0, n_api_keys = 0;
-    int reasoning = -1; /* unset: deepseek for DeepSeek-R1's template, else none */
+    int reasoning = -1; /* auto: deepseek for a template that shows think blocks, else none */
+    int think_budget = -1, *think_close = NULL, n_think_close = 0;
+    const char *budget_message = NULL, *reasoning_effort = NULL;
     int port = 8000, threads = 0, cors = 0, webui = 1, max_batch = 16, prefill_chunk = 512, max_queue = 64, kv_block = 16;
     int pred_tokens = NV_MAX_SPEC;
     int no_tune = 0, chunk_given = 0, max_lora_rank = 64, lora_updates = 0;
@@ -388,9 +398,14 @@ int cli_serve_run(int argc, char **argv, const cli_serve_job *job) {
         else if (!strcmp(a, "--rerank-template")) rerank_file = v;
         else if (!strcmp(a, "--rerank-instruction")) rerank_instruction = v;
         else if (!strcmp(a, "--reasoning-format")) {
-            if (strcmp(v, "none") && strcmp(v, "deepseek"))
-                return cli_error(CMD, 2, "--reasoning-format takes none or deepseek, not '%s'", v);
-            reasoning = !strcmp(v, "deepseek");
+            if (strcmp(v, "none") && strcmp(v, "deepseek") && strcmp(v, "auto"))
+                return cli_error(CMD, 2, "--reasoning-format takes auto, none or deepseek, not '%s'", v);
+            reasoning = !strcmp(v, "auto") ? -1 : !strcmp(v, "deepseek");
+        }
+        else if (!strcmp(a, "--reasoning-budget")) { if (!cli_int(CMD, a, v, -1, 1000000000, &think_budget)) return 2; }
+        else if (!strcmp(a, "--reasoning-budget-message")) budget_message = v;
+        else if (!strcmp(a, "--reasoning-effort")) {
+            if (!(reasoning_effort = nv_api_effort_level(v))) return cli_error(CMD, 2, "--reasoning-effort takes none, minimal, low, medium, high or xhigh, not '%s'", v);
         }
         else if (!strcmp(a, "--max-lora-rank")) { if (!cli_int(CMD, a, v, 1, 1024, &max_lora_rank)) return 2; }
         else if (!strcmp(a, "--max-batch")) { if (!cli_int(CMD, a, v, 1, 4096, &max_batch)) return 2; }
@@ -529,7 +544,12 @@ int cli_serve_run(int argc, char **argv, const cli_serve_job *job) {
     if ((rc = cli_chat_template(CMD, model_path, template_name, template_file, run_jinja, &tmpl, &jinja, &jinja_text)) != 0) goto done;
     rc = 1;
     if (rerank_setup(model_path, tok, model.n_cls_head, rerank_tokens, rerank_file, rerank_instruction, &rerank)) goto done;
-    if (reasoning < 0) reasoning = tmpl == NV_CHAT_DEEPSEEK; /* R1 models answer after a think block */
+    /* auto: a template that shows think blocks is a reasoning model's (DeepSeek-R1's, Qwen3's), its answers read so */
+    if (reasoning < 0) reasoning = tmpl == NV_CHAT_DEEPSEEK || (jinja_text && strstr(jinja_text, "<think>"));
+    if (nv_think_close_ids(tok, budget_message, &think_close, &n_think_close) != NV_OK) {
+        cli_error(CMD, 1, "%s", nv_errmsg());
+        goto done;
+    }
     /* a template whose calls open with a control token (Granite's <|tool_call|>): its text must reach
        the tool-call parser, as llama.cpp's preserved tokens */
     if (nv_chat_tool_token(tmpl)) nv_tokenizer_show(tok, nv_chat_tool_token(tmpl));
@@ -608,6 +628,10 @@ int cli_serve_run(int argc, char **argv, const cli_serve_job *job) {
                       .tmpl = tmpl,
                       .jinja = jinja,
                       .reasoning = reasoning,
+                      .think_budget = think_budget,
+                      .think_close = think_close,
+                      .n_think_close = n_think_close,
+                      .reasoning_effort = reasoning_effort,
                       .seq_len = c->seq_len,
                       .vocab_size = c->vocab_size,
                       .dim = c->dim,
@@ -780,6 +804,7 @@ done:
     if (tok) nv_tokenizer_free(tok);
     nv_jinja_free(jinja);
     free(jinja_text);
+    free(think_close);
     nv_rerank_free(&rerank);
     nv_model_free(&model);
     nv_model_free(&draft);

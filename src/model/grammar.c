@@ -1116,6 +1116,7 @@ void nv_glazy_free(nv_glazy *z) {
     nv_grammar_unref(z->g);
     free(z->trigger);
     nv_buf_free(&z->tail);
+    nv_think_free(&z->thk);
     memset(z, 0, sizeof *z);
 }
 
@@ -1124,33 +1125,10 @@ static int is_blank(char ch) { return ch == ' ' || ch == '\n' || ch == '\r' || c
 int nv_glazy_step(nv_glazy *z, nv_gsampler *gs, int vocab, const char *piece) {
     if (!piece || !*piece) return 0;
     if (z->at_start && z->seen && !z->tail.len) return 0; /* decided: it did not start the text */
-    nv_buf_puts(&z->tail, piece);
-    if (z->tail.oom) return -1;
+    if (z->think) nv_think_feed(&z->thk, piece, strlen(piece), 0, NULL, &z->tail); /* a leading think block is passed over */
+    else nv_buf_puts(&z->tail, piece);
+    if (z->tail.oom || z->thk.hold.oom) return -1;
     const size_t tl = strlen(z->trigger);
-    if (z->think && z->think_state < 2) { /* a leading <think> block is passed over first */
-        static const char open[] = "<think>", close[] = "</think>";
-        if (z->think_state == 0) {
-            size_t b = 0;
-            while (b < z->tail.len && is_blank(z->tail.data[b])) b++;
-            size_t left = z->tail.len - b;
-            if (!left || (left < 7 && !memcmp(z->tail.data + b, open, left))) return 0; /* not decided yet */
-            if (left >= 7 && !memcmp(z->tail.data + b, open, 7)) {
-                z->think_state = 1;
-                nv_buf_consume(&z->tail, b + 7);
-            } else {
-                z->think_state = 2; /* no reasoning: the text goes on as it is */
-            }
-        }
-        if (z->think_state == 1) {
-            const char *hit = z->tail.len ? memmem(z->tail.data, z->tail.len, close, 8) : NULL;
-            if (!hit) {
-                if (z->tail.len > 7) nv_buf_consume(&z->tail, z->tail.len - 7);
-                return 0;
-            }
-            nv_buf_consume(&z->tail, (size_t)(hit - z->tail.data) + 8);
-            z->think_state = 2;
-        }
-    }
     if (z->at_start) {
         if (!z->seen) { /* the text's first non-blank byte */
             size_t b = 0;

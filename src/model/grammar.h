@@ -32,6 +32,7 @@
 #include "base/err.h"
 #include "base/buf.h"
 #include "model/sampler.h"
+#include "model/think.h"
 #include "model/tokenizer.h"
 
 #define NV_GRAMMAR_MAX_ELEMS (1 << 20)
@@ -156,8 +157,8 @@ typedef struct {
     nv_grammar *g;
     char *trigger;
     int at_start, seen;
-    int think;       /* set after init: a leading <think>...</think> block is text the trigger is not looked for in */
-    int think_state; /* 0 not known yet, 1 inside the block, 2 past it (or none) */
+    int think;     /* set after init: a leading <think>...</think> block is text the trigger is not looked for in */
+    nv_think thk;  /* with it, that block followed (its state NV_THINK_IN: the prompt opened it) */
     nv_buf tail; /* the text since the grammar was last on, as far as it may hold the trigger */
 } nv_glazy;
 

@@ -649,7 +649,7 @@ static int parse_tools(const nv_api_ctx *ctx, const cJSON *root, nv_api_request 
     nv_grammar_unref(out->grammar);
     out->grammar = out->req.grammar = NULL;
     if (required || only || format) {
-        nv_err e = calls_grammar(tools, only, style, parallel && !only, 0, ctx->reasoning, required || only ? NULL : out,
+        nv_err e = calls_grammar(tools, only, style, parallel && !only, 0, out->reasoning, required || only ? NULL : out,
                                  &out->grammar);
         if (e != NV_OK) {
             nv_api_error_set(err, e == NV_ENOMEM ? 500 : 400, e == NV_ENOMEM ? "server_error" : "invalid_request_error", NULL,
@@ -668,7 +668,7 @@ static int parse_tools(const nv_api_ctx *ctx, const cJSON *root, nv_api_request 
         out->req.lazy_at_start = style == NV_TOOLS_LLAMA3;
         /* Llama 3's call is the whole answer, Granite's and Mistral's list the rest of it */
         out->req.lazy_ends = style != NV_TOOLS_HERMES || !parallel;
-        out->req.lazy_think = ctx->reasoning; /* a call begins after the model's think block */
+        out->req.lazy_think = out->reasoning; /* a call begins after the model's think block */
     }
     return 0;
 }
@@ -852,17 +852,81 @@ static void template_error(nv_err e, nv_api_error *err) {
     else nv_api_error_set(err, 500, "server_error", NULL, "messages", "cannot apply the chat template: %s", nv_errmsg());
 }
 
+/* A chat request's reasoning: how its answer is read (llama.cpp's reasoning_format: none, deepseek, or
+ * auto, the server's choice) and the budget of its think block (vLLM's thinking_token_budget,
+ * llama.cpp's thinking_budget_tokens, -1 for none; the server's --reasoning-budget where neither is
+ * given). */
+static int parse_reasoning(const nv_api_ctx *ctx, const cJSON *root, nv_api_request *out, nv_api_error *err) {
+    const cJSON *fmt = nv_api_field(root, "reasoning_format");
+    out->reasoning = ctx->reasoning;
+    if (fmt) {
+        const char *f = cJSON_GetStringValue(fmt);
+        if (!f || (strcmp(f, "none") && strcmp(f, "deepseek") && strcmp(f, "auto"))) {
+            nv_api_error_set(err, E400, NULL, "reasoning_format", "'reasoning_format' must be 'none', 'deepseek' or 'auto'");
+            return err->status;
+        }
+        if (strcmp(f, "auto")) out->reasoning = !strcmp(f, "deepseek");
+    }
+    static const char *const names[] = {"thinking_token_budget", "thinking_budget_tokens"};
+    long long budget = ctx->think_budget;
+    for (int k = 0, given, rc, seen = 0; k < 2; k++) {
+        if ((rc = get_int(root, names[k], -1, 1e9, &budget, &given, err))) return rc; /* -1: no limit */
+        if (given && seen++) {
+            nv_api_error_set(err, E400, NULL, names[k], "give one of 'thinking_token_budget' and 'thinking_budget_tokens'");
+            return err->status;
+        }
+    }
+    out->req.think_budget = ctx->n_think_close && budget >= 0 ? (int)budget : -1;
+    out->req.think_close = ctx->think_close;
+    out->req.n_think_close = ctx->n_think_close;
+    return 0;
+}
+
+/* OpenAI's reasoning_effort (the server's --reasoning-effort where not given): NULL for none, or the
+ * level; 1 and a 400 in err when it is not one. */
+const char *nv_api_effort_level(const char *s) {
+    static const char *const levels[] = {"none", "minimal", "low", "medium", "high", "xhigh"};
+    for (size_t k = 0; s && k < sizeof levels / sizeof *levels; k++)
+        if (!strcmp(s, levels[k])) return levels[k];
+    return NULL;
+}
+
+static int reasoning_effort(const nv_api_ctx *ctx, const cJSON *root, const char **effort, nv_api_error *err) {
+    const cJSON *v = nv_api_field(root, "reasoning_effort");
+    *effort = ctx->reasoning_effort;
+    if (!v) return 0;
+    if ((*effort = nv_api_effort_level(cJSON_GetStringValue(v)))) return 0;
+    nv_api_error_set(err, E400, NULL, "reasoning_effort", "'reasoning_effort' must be one of none, minimal, low, medium, high, xhigh");
+    return err->status;
+}
+
 /* The rendering's options a chat request sets besides its tools: vLLM's chat_template_kwargs
- * ({"enable_thinking": false} turns Qwen3's reasoning off) and continue_final_message (the last
- * message, an assistant's answer begun, is continued). */
-static int chat_opts(const cJSON *root, const nv_api_messages *msgs, nv_chat_opts *o, nv_api_error *err) {
+ * ({"enable_thinking": false} turns Qwen3's reasoning off), reasoning_effort (a variable of the
+ * template, as vLLM and llama.cpp pass it: gpt-oss's reads it; "none", and a budget of 0, also
+ * turn thinking off unless the kwargs say otherwise) and continue_final_message (the last message,
+ * an assistant's answer begun, is continued). *kw_made: the kwargs made here (deleted by the
+ * caller after rendering). */
+static int chat_opts(const nv_api_ctx *ctx, const cJSON *root, const nv_api_messages *msgs, int think_budget, nv_chat_opts *o,
+                     cJSON **kw_made, nv_api_error *err) {
     const cJSON *kw = nv_api_field(root, "chat_template_kwargs");
-    int thinking = 1, cont = 0, gen = 1, rc = 0;
+    const char *effort = NULL;
+    int cont = 0, gen = 1, rc = 0;
     if (kw && !cJSON_IsObject(kw)) {
         nv_api_error_set(err, E400, NULL, "chat_template_kwargs", "'chat_template_kwargs' must be an object");
         return err->status;
     }
+    if ((rc = reasoning_effort(ctx, root, &effort, err))) return rc;
+    int thinking = !(effort && !strcmp(effort, "none")) && think_budget != 0;
     if (kw && (rc = nv_api_get_bool(kw, "enable_thinking", &thinking, err))) return rc;
+    if ((effort && !cJSON_GetObjectItemCaseSensitive(kw, "reasoning_effort")) ||
+        (!thinking && !cJSON_GetObjectItemCaseSensitive(kw, "enable_thinking"))) { /* the template sees them as kwargs */
+        if (!(*kw_made = kw ? cJSON_Duplicate(kw, 1) : cJSON_CreateObject())) return nv_api_oom(err);
+        if (effort && !cJSON_GetObjectItemCaseSensitive(kw, "reasoning_effort") && !cJSON_AddStringToObject(*kw_made, "reasoning_effort", effort))
+            return nv_api_oom(err);
+        if (!thinking && !cJSON_GetObjectItemCaseSensitive(kw, "enable_thinking") && !cJSON_AddFalseToObject(*kw_made, "enable_thinking"))
+            return nv_api_oom(err);
+        kw = *kw_made;
+    }
     if ((rc = nv_api_get_bool(root, "continue_final_message", &cont, err))) return rc;
     if ((rc = nv_api_get_bool(root, "add_generation_prompt", &gen, err))) return rc; /* vLLM's and llama.cpp's */
     const nv_chat_msg *last = &msgs->m[msgs->n - 1];
@@ -885,7 +949,8 @@ static int parse_messages(const nv_api_ctx *ctx, const cJSON *root, nv_api_reque
     const nv_chat_msg *m = msgs.m;
     const int n = msgs.n;
     nv_chat_opts opts = {.tools = (const char *const *)out->tool_json, .n_tools = out->tools ? out->tools->n : 0, .jinja = ctx->jinja};
-    rc = chat_opts(root, &msgs, &opts, err);
+    cJSON *kw_made = NULL;
+    rc = chat_opts(ctx, root, &msgs, out->req.think_budget, &opts, &kw_made, err);
     nv_err e = NV_OK;
     if (!rc && (e = nv_chat_render_opts(ctx->tmpl, ctx->tok, m, n, &opts, &out->prompt_ids, &out->req.n_prompt)) != NV_OK) {
         template_error(e, err);
@@ -894,6 +959,9 @@ static int parse_messages(const nv_api_ctx *ctx, const cJSON *root, nv_api_reque
         nv_api_error_set(err, E400, NULL, "messages", "'messages' give no tokens (this vocabulary has no BOS to start from)");
         rc = err->status;
     }
+    /* a generation prompt that opens the think block (DeepSeek-R1's later templates): the answer starts in it */
+    if (!rc) out->req.think_open = nv_think_opened(ctx->tok, out->prompt_ids, out->req.n_prompt);
+    cJSON_Delete(kw_made);
     nv_api_messages_free(&msgs);
     return rc;
 }
@@ -1046,8 +1114,8 @@ static int structured_outputs(const cJSON *so, int think, nv_grammar **g, nv_api
  * "json_schema": {"name", "schema", "strict"}}, and the same schema as llama.cpp's server
  * ("json_schema": SCHEMA) or vLLM's ("guided_json": SCHEMA or its JSON text) take it; or one of
  * text_fields. */
-static int parse_response_format(const nv_api_ctx *ctx, int chat, const cJSON *root, nv_api_request *out, nv_api_error *err) {
-    const int think = chat && ctx->reasoning; /* --reasoning-format: the answer follows the think block */
+static int parse_response_format(int chat, const cJSON *root, nv_api_request *out, nv_api_error *err) {
+    const int think = chat && out->reasoning; /* --reasoning-format: the answer follows the think block */
     const cJSON *rf = nv_api_field(root, "response_format"), *llama = nv_api_field(root, "json_schema"), *vllm = nv_api_field(root, "guided_json");
     const char *rf_type = cJSON_GetStringValue(cJSON_IsObject(rf) ? cJSON_GetObjectItemCaseSensitive(rf, "type") : NULL);
     const char *given[8];
@@ -1210,7 +1278,9 @@ static int parse_root(const nv_api_ctx *ctx, int chat, const cJSON *root, const 
     if (!chat && (rc = nv_api_get_bool(root, "echo", &out->echo, err))) return rc;
     out->req.prompt_logprobs = out->echo && out->req.logprobs; /* the echoed prompt's tokens get theirs too */
     if ((rc = parse_stop(root, po->max_stop, out, err))) return rc;
-    if ((rc = parse_response_format(ctx, chat, root, out, err))) return rc;
+    out->req.think_budget = -1;
+    if (chat && (rc = parse_reasoning(ctx, root, out, err))) return rc;
+    if ((rc = parse_response_format(chat, root, out, err))) return rc;
     if (chat && (rc = parse_tools(ctx, root, out, err))) return rc;
     if (chat) {
         const char *ts = nv_chat_template_stop(ctx->tmpl);
@@ -1477,7 +1547,9 @@ int nv_api_apply_template(const nv_api_ctx *ctx, const char *body, size_t len, c
         return rc;
     }
     nv_chat_opts opts = {.jinja = ctx->jinja};
-    if (!(rc = chat_opts(root, &msgs, &opts, err)))
+    nv_api_request as_chat = {0}; /* the prompt a chat request of this body is given */
+    cJSON *kw_made = NULL;
+    if (!(rc = parse_reasoning(ctx, root, &as_chat, err)) && !(rc = chat_opts(ctx, root, &msgs, as_chat.req.think_budget, &opts, &kw_made, err)))
         rc = nv_api_tool_texts(nv_api_field(root, "tools"), nv_chat_tool_text_style(ctx->tmpl, ctx->jinja), &tools, &n_tools, err);
     opts.tools = (const char *const *)tools;
     opts.n_tools = n_tools;
@@ -1489,6 +1561,7 @@ int nv_api_apply_template(const nv_api_ctx *ctx, const char *body, size_t len, c
     }
     nv_api_tool_texts_free(tools, n_tools);
     nv_api_messages_free(&msgs);
+    cJSON_Delete(kw_made);
     cJSON_Delete(root);
     if (!rc) {
         cJSON *res = cJSON_CreateObject();
@@ -1768,53 +1841,6 @@ char *nv_api_reasoning_chunk(const nv_api_meta *m, const char *text, int usage_n
 }
 
 
-void nv_think_feed(nv_think *t, const char *s, size_t n, int final, nv_buf *reasoning, nv_buf *content) {
-    static const char open[] = "<think>", close[] = "</think>";
-    nv_buf_append(&t->hold, s, n);
-    const char *h = t->hold.data ? t->hold.data : "";
-    size_t len = t->hold.len, used = 0;
-    for (;;) {
-        const char *p = h + used;
-        const size_t left = len - used;
-        if (t->state == 0) {
-            size_t ws = 0;
-            while (ws < left && (p[ws] == ' ' || p[ws] == '\n' || p[ws] == '\r' || p[ws] == '\t')) ws++;
-            const size_t rest = left - ws, ol = sizeof open - 1;
-            if (rest >= ol && !memcmp(p + ws, open, ol)) {
-                used += ws + ol;
-                t->state = 1;
-                continue;
-            }
-            if (!final && (rest == 0 || (rest < ol && !memcmp(p + ws, open, rest)))) break; /* not known yet */
-            t->state = 2;
-            continue;
-        }
-        if (t->state == 1) {
-            const char *end = memmem(p, left, close, sizeof close - 1);
-            if (end) {
-                nv_buf_append(reasoning, p, (size_t)(end - p));
-                used += (size_t)(end - p) + sizeof close - 1;
-                t->state = 3;
-                continue;
-            }
-            const size_t keep = final ? 0 : nv_partial_tag(p, left, close);
-            nv_buf_append(reasoning, p, left - keep);
-            used += left - keep;
-            break;
-        }
-        if (t->state == 3) {
-            while (used < len && (h[used] == '\n' || h[used] == '\r')) used++;
-            if (used == len) break;
-            t->state = 2;
-        }
-        nv_buf_append(content, h + used, len - used);
-        used = len;
-        break;
-    }
-    nv_buf_consume(&t->hold, used); /* what is left waits for the next piece */
-}
-
-void nv_think_free(nv_think *t) { nv_buf_free(&t->hold); }
 
 char *nv_api_usage_chunk(const nv_api_meta *m, int prompt_tokens, int completion_tokens, int cached_tokens) {
     cJSON *root = envelope(m, m->chat ? "chat.completion.chunk" : "text_completion");

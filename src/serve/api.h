@@ -43,6 +43,10 @@ typedef struct {
     int seq_len, vocab_size;
     long capacity; /* positions one request can reserve */
     int reasoning; /* --reasoning-format deepseek: a chat answer's <think>...</think> goes to reasoning_content */
+    int think_budget; /* --reasoning-budget: the tokens a chat answer's think block may spend (-1: no limit) */
+    const int *think_close; /* the tokens forced when they are spent (--reasoning-budget-message, then "\n</think>\n\n") */
+    int n_think_close;
+    const char *reasoning_effort; /* --reasoning-effort: the templates' reasoning_effort where a request gives none (NULL: none) */
     int dim;       /* the model's width: an embedding's length */
     nv_adapters *adapters; /* LoRA adapters a request's 'model' may name (NULL: none) */
     const nv_jinja *jinja; /* the model's template, run (nv_chat_opts.jinja); NULL: tmpl's renderer */
@@ -62,6 +66,7 @@ void nv_api_tools_free(nv_api_tools *t);
 
 typedef struct {
     int chat, stream, include_usage, echo;
+    int reasoning; /* chat: the answer's leading think block goes to reasoning_content (req.think_open: the prompt opened it) */
     int n; /* choices per prompt: that many sequences from each prompt */
     /* completions: prompts after the first (a list of several); prompts x n <= NV_MAX_CHOICES */
     int n_more;
@@ -225,21 +230,11 @@ char *nv_api_response_choices(const nv_api_meta *m, const nv_api_choice *choices
 char *nv_api_chunk(const nv_api_meta *m, const char *text, int role, const char *finish, int usage_null);
 /* A streamed chat chunk whose delta carries one tool call, whole, as tool_calls[0] with index k. */
 char *nv_api_tool_call_chunk(const nv_api_meta *m, const nv_tool_call *call, int k, int usage_null);
+/* OpenAI's reasoning effort levels (none, minimal, low, medium, high, xhigh): s's, NULL when s is none of them. */
+const char *nv_api_effort_level(const char *s);
 /* A streamed chat chunk whose delta is {"reasoning_content": text}. */
 char *nv_api_reasoning_chunk(const nv_api_meta *m, const char *text, int usage_null);
 
-/* Splits a chat answer into reasoning and content the way llama.cpp's --reasoning-format deepseek
- * does: "<think>" at its start (after white space) opens the reasoning, "</think>" closes it and
- * the newlines after it are dropped; an answer that does not start so is all content, one that
- * never closes all reasoning. Text may come in pieces (feed each, last with final set); a piece
- * cut inside a tag is held back until the next, and only at ASCII bytes, so the UTF-8 characters
- * of each output stay whole. */
-typedef struct {
-    int state; /* 0: undecided, 1: in the reasoning, 2: content (3: content, newlines still dropped) */
-    nv_buf hold;
-} nv_think;
-void nv_think_feed(nv_think *t, const char *s, size_t n, int final, nv_buf *reasoning, nv_buf *content);
-void nv_think_free(nv_think *t);
 /* The final usage chunk (choices: []). */
 char *nv_api_usage_chunk(const nv_api_meta *m, int prompt_tokens, int completion_tokens, int cached_tokens);
 /* GET /v1/models (the base model, then each adapter with its parent: vLLM's shape), or with single

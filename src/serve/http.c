@@ -417,8 +417,10 @@ static int route_is_post(route_id r) {
 
 /* ---- streams ------------------------------------------------------------------------------- */
 
-static answer_split split_init(int reasoning, const nv_api_tools *t) {
+/* (reasoning: the request's own, nv_api_request.reasoning; think_open: its prompt opened the block) */
+static answer_split split_init(int reasoning, int think_open, const nv_api_tools *t) {
     answer_split a = {.reasoning = reasoning, .tools = t != NULL};
+    if (think_open) a.think.state = NV_THINK_IN;
     if (t) a.tp = (nv_tool_parser){.style = t->style, .names = (const char *const *)t->names, .n_names = t->n};
     return a;
 }
@@ -770,7 +772,7 @@ static enum MHD_Result generate(nv_http *h, struct MHD_Connection *c, conn_ctx *
         st->per = per;
         st->tools = ar.tools; /* the stream reads calls after the request is gone */
         ar.tools = NULL;
-        for (int i = 0; i < n; i++) st->split[i] = split_init(chat && h->ctx.reasoning, st->tools);
+        for (int i = 0; i < n; i++) st->split[i] = split_init(chat && ar.reasoning, ar.req.think_open, st->tools);
         st->pm = pm; /* Anthropic's message_start once the prompt is in (stream_poll): its usage is then whole */
         if (proto == P_RESPONSES) nv_resp_stream_start(&st->resp, &st->pm.resp, &st->out);
         for (int i = 0; i < n && st->pm.proto == P_OPENAI; i++) {
@@ -813,6 +815,7 @@ static enum MHD_Result generate(nv_http *h, struct MHD_Connection *c, conn_ctx *
     }
     release_all(h, r, n, 0);
     nv_api_tools *tools = ar.tools; /* read the answers for calls after the request is gone */
+    const int reasoning = chat && ar.reasoning, think_open = ar.req.think_open; /* and their think blocks */
     ar.tools = NULL;
     nv_api_request_free(&ar);
     enum MHD_Result ret;
@@ -832,7 +835,7 @@ static enum MHD_Result generate(nv_http *h, struct MHD_Connection *c, conn_ctx *
         nv_tool_call *calls[NV_MAX_CHOICES] = {0};
         int n_calls[NV_MAX_CHOICES] = {0};
         for (int i = 0; i < n; i++) { /* the reasoning and the calls out of the content */
-            answer_split sp = split_init(chat && h->ctx.reasoning, tools);
+            answer_split sp = split_init(reasoning, think_open, tools);
             oom |= split_feed(&sp, text[i].data ? text[i].data : "", text[i].len, 1, &why[i], &said[i], &calls[i], &n_calls[i]) < 0;
             split_free(&sp);
             ch[i] = (nv_api_choice){said[i].data ? said[i].data : "", nv_api_finish_reason(rs[i].finish), lps[i].v, lps[i].n,
@@ -919,6 +922,7 @@ typedef struct bg_resp {
     nv_req *r;              /* NULL once released */
     nv_resp_meta meta;      /* (freed at its end) */
     nv_api_tools *tools;    /* the answer is read for calls */
+    int reasoning, think_open; /* its answer's think block is read out (and began in the prompt) */
     nv_resp_stream stream;  /* its events, made as a streamed response's are */
     nv_buf log;             /* every event so far */
     size_t *starts;         /* where event (sequence_number) k begins in log */
@@ -988,7 +992,7 @@ static void bg_end(bg_resp *b, const nv_req_status *st, int oom, nv_buf *ev) {
 static void *bg_main(void *arg) {
     bg_resp *b = arg;
     nv_http *h = b->h;
-    answer_split sp = split_init(h->ctx.reasoning, b->tools);
+    answer_split sp = split_init(b->reasoning, b->think_open, b->tools);
     nv_req_status st;
     int started = 0, ended = 0;
     do {
@@ -1173,6 +1177,7 @@ static enum MHD_Result background_response(nv_http *h, struct MHD_Connection *c,
         return ce != NV_OK ? create_failed(h, c, cc, ce) : fail(h, c, cc, 500, "server_error", NULL, "out of memory");
     }
     b->h = h, b->r = r, b->meta = pm.resp, b->tools = ar.tools;
+    b->reasoning = ar.reasoning, b->think_open = ar.req.think_open;
     snprintf(b->id, sizeof b->id, "%s", b->meta.id);
     pm.resp = (nv_resp_meta){0}, ar.tools = NULL;
     nv_api_request_free(&ar);

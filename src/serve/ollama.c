@@ -162,6 +162,11 @@ static int translate(const cJSON *in, cJSON *out, int chat, int reasoning, nv_ol
         return nv_api_bad(err, "think: must be a boolean (or \"low\", \"medium\", \"high\")");
     if (reasoning && cJSON_IsFalse(think)) /* Qwen3's switch */
         cJSON_AddBoolToObject(cJSON_AddObjectToObject(out, "chat_template_kwargs"), "enable_thinking", 0);
+    if (cJSON_IsString(think)) { /* gpt-oss's levels: the template's reasoning_effort */
+        if (strcmp(think->valuestring, "low") && strcmp(think->valuestring, "medium") && strcmp(think->valuestring, "high"))
+            return nv_api_bad(err, "think: must be a boolean (or \"low\", \"medium\", \"high\")");
+        cJSON_AddStringToObject(out, "reasoning_effort", think->valuestring);
+    }
     int rc;
     if ((rc = refuse_unless_empty(in, "images", "this server's models read text, not images", err)) ||
         (rc = refuse_unless_empty(in, "template", "the model's chat template is the server's (--chat-template)", err)) ||

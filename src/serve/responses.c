@@ -454,6 +454,7 @@ static int translate(const cJSON *in, translate_args *a, cJSON *out, nv_api_erro
     const char *effort = cJSON_GetStringValue(nv_api_field(r, "effort"));
     if (a->reasoning && effort && (!strcmp(effort, "none") || !strcmp(effort, "minimal"))) /* Qwen3's switch */
         cJSON_AddBoolToObject(cJSON_AddObjectToObject(out, "chat_template_kwargs"), "enable_thinking", 0);
+    if (effort) cJSON_AddStringToObject(out, "reasoning_effort", effort); /* the template's variable, as chat's */
     int rc;
     if ((rc = translate_tools(in, out, err)) || (rc = translate_format(in, out, err))) return rc;
     cJSON *own = NULL, *context = NULL;

@@ -49,6 +49,11 @@ struct nv_req {
     int stop_hit; /* the stop string that ended the answer (its index in nv_req_params.stop), or -1 */
     double g_mask_s;
     int lazy_ends;  /* its whole sentence ends the answer */
+    /* a reasoning budget (think_budget >= 0): the answer's think block followed, the tokens spent in
+       it, the UTF-8 bytes its text still owes a character, and where in think_close the forcing is
+       (-1: not forcing) */
+    nv_think thk;
+    int think_budget, think_n, think_u8, *think_close, n_think_close, force_at;
     int *blocks;
     int n_alloc, reserved;
     /* split pages (the scheduler's wring > 0): the windowed layers' table, [blocks_needed]. Its first
@@ -239,6 +244,8 @@ static void req_free(nv_req *r) {
     free(r->embed_sum);
     free(r->ctx);
     free(r->pred_ids);
+    free(r->think_close);
+    nv_think_free(&r->thk);
     nv_gsampler_free(&r->gs);
     nv_glazy_free(&r->lazy);
     nv_sampler_free(&r->sampler);
@@ -316,10 +323,24 @@ nv_err nv_req_create(nv_req **out, const nv_req_params *p) {
             e = nv_fail(NV_EINVAL, "request: the scored token %d is outside the vocabulary", p->score_tok[i]);
     if (e == NV_OK) memcpy(r->score_tok, p->score_tok, sizeof r->score_tok), r->n_score = p->n_score;
     if (e == NV_OK && p->grammar) e = nv_gsampler_init(&r->gs, p->grammar, p->vocab_size);
+    /* the prompt opened the block: a grammar allowing one is fed its opening (one without it refuses it, and stays) */
+    if (e == NV_OK && p->grammar && p->think_open && nv_gmatch_feed(r->gs.m, "<think>", 7) < 0) e = nv_fail(NV_ENOMEM, "request: out of memory");
     if (e == NV_OK && p->lazy_grammar && !p->grammar &&
-        (e = nv_glazy_init(&r->lazy, p->lazy_grammar, p->lazy_trigger, p->lazy_at_start)) == NV_OK)
+        (e = nv_glazy_init(&r->lazy, p->lazy_grammar, p->lazy_trigger, p->lazy_at_start)) == NV_OK) {
         r->lazy.think = p->lazy_think;
+        r->lazy.thk.state = p->think_open ? NV_THINK_IN : NV_THINK_UNDECIDED;
+    }
     r->lazy_ends = p->lazy_ends;
+    r->think_budget = p->think_budget >= 0 && p->n_think_close > 0 ? p->think_budget : -1;
+    r->thk.state = p->think_open ? NV_THINK_IN : NV_THINK_UNDECIDED;
+    r->force_at = -1;
+    for (int i = 0; e == NV_OK && r->think_budget >= 0 && i < p->n_think_close; i++)
+        if (p->think_close[i] < 0 || p->think_close[i] >= p->vocab_size)
+            e = nv_fail(NV_EINVAL, "request: the think block's closing token %d is outside the vocabulary", p->think_close[i]);
+    if (e == NV_OK && r->think_budget >= 0) {
+        if (!(r->think_close = malloc((size_t)p->n_think_close * sizeof(int)))) e = nv_fail(NV_ENOMEM, "request: out of memory");
+        else memcpy(r->think_close, p->think_close, (size_t)p->n_think_close * sizeof(int)), r->n_think_close = p->n_think_close;
+    }
     if (e != NV_OK) {
         req_free(r);
         return e;
@@ -1439,6 +1460,36 @@ static void lazy_step(nv_sched *s, nv_req *r, int prev, int tok) {
         nv_log(NV_LOG_WARN, "serve: out of memory following a tool call's grammar; the call goes unconstrained");
 }
 
+/* A reasoning budget before a row is sampled: forcing begins once the block has spent its tokens
+ * (and its text ends on a whole character). */
+static void think_check(nv_req *r) {
+    if (r->force_at < 0 && r->think_budget >= 0 && r->thk.state == NV_THINK_IN && r->think_n >= r->think_budget && !r->think_u8)
+        r->force_at = 0;
+}
+
+/* The think block after token tok (following prev), for the budget: the tokens spent inside it, and
+ * the forcing's end (the budget is then spent for good). */
+static void think_step(nv_sched *s, nv_req *r, int prev, int tok) {
+    if (r->think_budget < 0) return;
+    if (r->force_at >= 0) { /* a forced token */
+        if (++r->force_at == r->n_think_close) r->force_at = -1, r->think_budget = -1;
+        return;
+    }
+    const char *piece = nv_tokenizer_decode(s->tok, prev, tok);
+    const size_t n = piece ? strlen(piece) : 0;
+    const int was_in = r->thk.state == NV_THINK_IN;
+    nv_think_feed(&r->thk, piece ? piece : "", n, 0, NULL, NULL);
+    if (r->thk.state >= NV_THINK_PAST) { /* closed by the model, or no block: nothing to count */
+        r->think_budget = -1;
+        return;
+    }
+    r->think_n += was_in && r->thk.state == NV_THINK_IN;
+    for (size_t i = 0; i < n; i++) { /* continuation bytes still owed to the last character */
+        const unsigned char b = (unsigned char)piece[i];
+        r->think_u8 = b < 0x80 ? 0 : b < 0xC0 ? (r->think_u8 ? r->think_u8 - 1 : 0) : b < 0xE0 ? 1 : b < 0xF0 ? 2 : b < 0xF8 ? 3 : 0;
+    }
+}
+
 /* Samples the step's sequences on the pool: each has its own sampler and logits row, and a
  * softmax over the vocabulary per sequence is a few percent of a step worth sharing out. */
 typedef struct {
@@ -1468,7 +1519,16 @@ static void sample_rows(nv_sched *s, int i) {
         if (r->lp_k >= 0) memcpy(r->lp_raw, logits, (size_t)n * sizeof(float));
         if (r->n_gen + j < r->min_tokens) /* min_tokens: the answer may not end yet */
             for (int e = 0; e < s->n_eog; e++) logits[s->eog_ids[e]] = -INFINITY;
-        int tok = r->gs.m ? sample_in_grammar(s, r, prev, logits) : nv_sample(&r->sampler, logits);
+        think_check(r);
+        if (r->force_at >= 0 && r->gs.m && !nv_gmatch_allows(r->gs.m, s->tok, prev, r->think_close[r->force_at]))
+            r->force_at = r->think_budget = -1; /* a grammar that refuses the closing keeps its own way */
+        int tok;
+        if (r->force_at >= 0) { /* the budget is spent: the block's closing, whatever the logits say */
+            tok = r->think_close[r->force_at];
+            if (r->gs.m) nv_gmatch_accept(r->gs.m, s->tok, prev, tok);
+        } else {
+            tok = r->gs.m ? sample_in_grammar(s, r, prev, logits) : nv_sample(&r->sampler, logits);
+        }
         if (tok < 0) { /* the tokens before it are still the answer's, as they would be one row a step */
             r->outs_fail = 1;
             return;
@@ -1477,6 +1537,7 @@ static void sample_rows(nv_sched *s, int i) {
         r->outs[r->n_outs++] = tok;
         if (!r->ignore_eos && nv_tokenizer_is_eog(s->tok, tok)) return;
         nv_sampler_accept(&r->sampler, tok);
+        think_step(s, r, prev, tok);
         if (r->lazy.g) lazy_step(s, r, prev, tok);
         if (r->gs.m && (!r->lazy.g || r->lazy_ends) && nv_gmatch_finished(r->gs.m)) return;
         if (j + 1 == q->logits || q->tokens[first + j + 1] != tok) return; /* the next row was fed another token */

@@ -186,6 +186,15 @@ typedef struct {
        (nv_model.cls_head) keeps its first n_score outputs there instead; 0 of them: none */
     int score_tok[NV_MAX_SCORE];
     int n_score;
+    /* the prompt opened a think block (nv_think_opened): the answer starts inside it (a grammar that
+       allows a leading block, and a lazy grammar's look-out, start there too) */
+    int think_open;
+    /* a reasoning budget (llama.cpp's --reasoning-budget, vLLM's thinking_token_budget): once the
+       answer has spent think_budget tokens inside its think block without closing it, and its last
+       UTF-8 character is whole, the think_close tokens are forced (copied); < 0: no budget */
+    int think_budget;
+    const int *think_close;
+    int n_think_close;
 } nv_req_params;
 
 typedef struct {

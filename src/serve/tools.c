@@ -286,13 +286,6 @@ static int add_call(nv_tool_call **calls, int *n, const nv_tool_call *c) {
     return 0;
 }
 
-size_t nv_partial_tag(const char *s, size_t n, const char *tag) {
-    const size_t tl = strlen(tag);
-    for (size_t k = tl - 1 < n ? tl - 1 : n; k > 0; k--)
-        if (!memcmp(s + n - k, tag, k)) return k;
-    return 0;
-}
-
 enum { OUTSIDE = 0, IN_CALL, DECIDING, PLAIN };
 
 static int feed_hermes(nv_tool_parser *p, int final, nv_buf *content, nv_tool_call **calls, int *n_calls) {

@@ -27,6 +27,7 @@
 #include <cjson/cJSON.h>
 
 #include "base/buf.h"
+#include "model/think.h"
 #include "serve/chat.h"
 
 #define NV_MAX_TOOLS 128
@@ -54,9 +55,6 @@ void nv_py_repr_float(nv_buf *b, double v);
 size_t nv_json_escape(unsigned c, char out[8]);
 /* s as a JSON string, quotes included, appended to b (bytes past ASCII as they are). */
 void nv_json_string(nv_buf *b, const char *s);
-/* The length of the longest end of s[0..n) that starts tag without being all of it (what a
- * stream holds back while a tag may be coming). */
-size_t nv_partial_tag(const char *s, size_t n, const char *tag);
 
 typedef struct {
     char id[32];

@@ -1,0 +1,90 @@
+#include "model/think.h"
+
+#include <string.h>
+
+size_t nv_partial_tag(const char *s, size_t n, const char *tag) {
+    const size_t tl = strlen(tag);
+    for (size_t k = tl - 1 < n ? tl - 1 : n; k > 0; k--)
+        if (!memcmp(s + n - k, tag, k)) return k;
+    return 0;
+}
+
+static void put(nv_buf *b, const char *s, size_t n) {
+    if (b && n) nv_buf_append(b, s, n);
+}
+
+void nv_think_feed(nv_think *t, const char *s, size_t n, int final, nv_buf *reasoning, nv_buf *content) {
+    static const char open[] = "<think>", close[] = "</think>";
+    nv_buf_append(&t->hold, s, n);
+    const char *h = t->hold.data ? t->hold.data : "";
+    size_t len = t->hold.len, used = 0;
+    for (;;) {
+        const char *p = h + used;
+        const size_t left = len - used;
+        if (t->state == NV_THINK_UNDECIDED) {
+            size_t ws = 0;
+            while (ws < left && (p[ws] == ' ' || p[ws] == '\n' || p[ws] == '\r' || p[ws] == '\t')) ws++;
+            const size_t rest = left - ws, ol = sizeof open - 1;
+            if (rest >= ol && !memcmp(p + ws, open, ol)) {
+                used += ws + ol;
+                t->state = NV_THINK_IN;
+                continue;
+            }
+            if (!final && (rest == 0 || (rest < ol && !memcmp(p + ws, open, rest)))) break; /* not known yet */
+            t->state = NV_THINK_PAST;
+            continue;
+        }
+        if (t->state == NV_THINK_IN) {
+            const char *end = memmem(p, left, close, sizeof close - 1);
+            if (end) {
+                put(reasoning, p, (size_t)(end - p));
+                used += (size_t)(end - p) + sizeof close - 1;
+                t->state = NV_THINK_PAST_NL;
+                continue;
+            }
+            const size_t keep = final ? 0 : nv_partial_tag(p, left, close);
+            put(reasoning, p, left - keep);
+            used += left - keep;
+            break;
+        }
+        if (t->state == NV_THINK_PAST_NL) {
+            while (used < len && (h[used] == '\n' || h[used] == '\r')) used++;
+            if (used == len) break;
+            t->state = NV_THINK_PAST;
+        }
+        put(content, h + used, len - used);
+        used = len;
+        break;
+    }
+    nv_buf_consume(&t->hold, used); /* what is left waits for the next piece */
+}
+
+void nv_think_free(nv_think *t) { nv_buf_free(&t->hold); }
+
+int nv_think_opened(const nv_tokenizer *tok, const int *ids, int n) {
+    /* the last 16 tokens' text is plenty: "<think>" is one to seven tokens, the white space after it a few */
+    char text[16 * 64 + 1];
+    size_t len = 0;
+    for (int i = n > 16 ? n - 16 : 0; i < n; i++) {
+        const char *piece = nv_tokenizer_decode(tok, i ? ids[i - 1] : -1, ids[i]);
+        size_t k = piece ? strlen(piece) : 0;
+        if (k > 64) piece += k - 64, k = 64, len = 0; /* a long piece: what precedes it cannot end the text */
+        if (k) memcpy(text + len, piece, k);
+        len += k;
+    }
+    while (len && (text[len - 1] == ' ' || text[len - 1] == '\n' || text[len - 1] == '\r' || text[len - 1] == '\t')) len--;
+    return len >= 7 && !memcmp(text + len - 7, "<think>", 7);
+}
+
+nv_err nv_think_close_ids(const nv_tokenizer *tok, const char *message, int **ids, int *n) {
+    nv_buf text = {0};
+    if (message) nv_buf_puts(&text, message);
+    nv_buf_puts(&text, "\n</think>\n\n");
+    nv_err e = text.oom ? nv_fail(NV_ENOMEM, "out of memory") : nv_tokenizer_encode(tok, text.data, 0, 0, ids, n);
+    if (e == NV_OK && *n > 1 && text.data[0] != ' ') { /* a dummy prefix's space standing alone: not ours */
+        const char *first = nv_tokenizer_decode(tok, -1, (*ids)[0]);
+        if (first && !strcmp(first, " ")) memmove(*ids, *ids + 1, (size_t)--*n * sizeof **ids);
+    }
+    nv_buf_free(&text);
+    return e;
+}

@@ -1,0 +1,42 @@
+/* A reasoning model's think block ("<think>...</think>" at the start of an answer), followed as
+ * the answer's text comes: what the server splits into reasoning and content, what a lazy
+ * grammar's trigger is not looked for in, and what a reasoning budget counts.
+ *
+ * Contract:
+ * - nv_think_feed() takes the text in pieces the way llama.cpp's --reasoning-format deepseek
+ *   reads it: "<think>" at its start (after white space) opens the reasoning, "</think>" closes
+ *   it and the newlines after it are dropped; a text that does not start so is all content, one
+ *   that never closes all reasoning. A piece cut inside a tag is held back until the next (final:
+ *   the text is whole), and only at ASCII bytes, so the UTF-8 characters of each output stay
+ *   whole. reasoning or content may be NULL (that part is not wanted).
+ * - A prompt that ends by opening the block (a template's generation prompt "<think>\n": DeepSeek-R1's
+ *   later ones, Qwen3's thinking-only ones) makes the answer start inside it: nv_think_opened()
+ *   says so of a prompt's tokens, and a tracker started with state NV_THINK_IN reads it so. */
+#ifndef NV_MODEL_THINK_H
+#define NV_MODEL_THINK_H
+
+#include <stddef.h>
+
+#include "base/buf.h"
+#include "model/tokenizer.h"
+
+enum { NV_THINK_UNDECIDED = 0, NV_THINK_IN, NV_THINK_PAST, NV_THINK_PAST_NL /* past it, newlines still dropped */ };
+
+typedef struct {
+    int state; /* NV_THINK_* */
+    nv_buf hold;
+} nv_think;
+
+void nv_think_feed(nv_think *t, const char *s, size_t n, int final, nv_buf *reasoning, nv_buf *content);
+void nv_think_free(nv_think *t);
+/* 1 when the text of the prompt's last tokens ends (white space aside) with "<think>". */
+int nv_think_opened(const nv_tokenizer *tok, const int *ids, int n);
+/* The tokens that close a think block whose budget is spent: message (NULL: none), then
+ * "\n</think>\n\n" (llama.cpp's --reasoning-budget-message; the tag a vocabulary's own token where it
+ * has one), without the space a SentencePiece vocabulary puts before a text. *ids is the caller's. */
+nv_err nv_think_close_ids(const nv_tokenizer *tok, const char *message, int **ids, int *n);
+/* The length of the longest end of s[0..n) that starts tag without being all of it (what a
+ * stream holds back while a tag may be coming). */
+size_t nv_partial_tag(const char *s, size_t n, const char *tag);
+
+#endif
