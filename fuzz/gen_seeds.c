@@ -626,6 +626,11 @@ static void api(void) {
         {"chat_reasoning.json", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\",\"name\":\"ann\"},{\"role\":\"assistant\","
                                 "\"content\":\"y\",\"reasoning_content\":\"hmm\"},{\"role\":\"user\",\"content\":\"z\"}],"
                                 "\"add_generation_prompt\":false}"},
+        /* reasoning (format, budget, effort) and vLLM's token filters */
+        {"chat_think_budget.json", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"reasoning_format\":\"deepseek\","
+                                   "\"thinking_token_budget\":3,\"reasoning_effort\":\"high\",\"response_format\":{\"type\":\"json_object\"}}"},
+        {"token_filters.json", "{\"prompt\":\"Once\",\"max_tokens\":4,\"allowed_token_ids\":[300,301],\"bad_words\":[\"girl\",\" a b\"],"
+                               "\"logprobs\":1,\"return_tokens_as_token_ids\":true}"},
     };
     for (size_t i = 0; i < sizeof bodies / sizeof bodies[0]; i++)
         put("api", bodies[i][0], bodies[i][1], strlen(bodies[i][1]));

@@ -323,6 +323,40 @@ static void test_stop_strings_and_sampling(void) {
     char five[256] = "";
     for (int i = 0; i < 5; i++) strncat(five, piece, sizeof five - strlen(five) - 1);
     T_CHECK(forced.status == 200 && !strcmp(forced.text, five), "logit_bias +100: '%s', want '%s'", forced.text, five);
+    /* vLLM's allowed_token_ids: one token allowed, five of it; bad_words: the greedy story's "girl" and
+       "Lily" never come, the text the same up to the first */
+    result only, banned, base;
+    snprintf(body, sizeof body, "{\"prompt\":\"Once\",\"max_tokens\":5,\"temperature\":0.8,\"allowed_token_ids\":[%d]}", t_id);
+    complete(port, 0, NULL, body, &only);
+    T_CHECK(only.status == 200 && !strcmp(only.text, five), "allowed_token_ids: '%s', want '%s'", only.text, five);
+    complete(port, 0, NULL, "{\"prompt\":\"Once upon a time\",\"max_tokens\":60,\"temperature\":0}", &base);
+    complete(port, 0, NULL, "{\"prompt\":\"Once upon a time\",\"max_tokens\":60,\"temperature\":0,\"bad_words\":[\"girl\", \" Lily\"]}", &banned);
+    const char *g = strstr(base.text, " girl"), *l = strstr(base.text, " Lily");
+    const char *first_bad = g && (!l || g < l) ? g : l;
+    const size_t same = first_bad ? (size_t)(first_bad - base.text) : 0;
+    T_CHECK(g && l && banned.status == 200 && !strstr(banned.text, " girl") && !strstr(banned.text, " Lily") && same > 0 &&
+                !strncmp(banned.text, base.text, same) && strcmp(banned.text, base.text) != 0,
+            "bad_words: '%s' against '%s'", banned.text, base.text);
+    result at_start; /* a word of two tokens whose first begins the answer: its second never follows */
+    complete(port, 0, NULL, "{\"prompt\":\"Once upon a time,\",\"max_tokens\":8,\"temperature\":0,\"bad_words\":[\"there was\"]}", &at_start);
+    T_CHECK(at_start.status == 200 && !strncmp(at_start.text, " there", 6) && strncmp(at_start.text, " there was", 10) != 0,
+            "bad_words at the answer's start: '%s'", at_start.text);
+    static const char *const bad_filters[] = {"\"allowed_token_ids\":[]", "\"allowed_token_ids\":[512]", "\"allowed_token_ids\":[1.5]",
+                                              "\"allowed_token_ids\":3", "\"bad_words\":[\" \"]", "\"bad_words\":\"girl\"", "\"bad_words\":[1]"};
+    for (size_t i = 0; i < sizeof bad_filters / sizeof *bad_filters; i++) {
+        result e;
+        snprintf(body, sizeof body, "{\"prompt\":\"Once\",\"max_tokens\":2,%s}", bad_filters[i]);
+        complete(port, 0, NULL, body, &e);
+        T_CHECK(e.status == 400, "%s: %d", bad_filters[i], e.status);
+    }
+    /* return_tokens_as_token_ids: each record's token as its id */
+    resp ids_r;
+    snprintf(body, sizeof body, "{\"prompt\":\"Once\",\"max_tokens\":3,\"temperature\":0,\"logprobs\":1,\"return_tokens_as_token_ids\":true,\"logit_bias\":{\"%d\":100}}", t_id);
+    char want_ids[64];
+    snprintf(want_ids, sizeof want_ids, "\"tokens\":[\"token_id:%d\",\"token_id:%d\",\"token_id:%d\"]", t_id, t_id, t_id);
+    T_CHECK(http(port, "POST", "/v1/completions", NULL, body, &ids_r) && ids_r.status == 200 && strstr(ids_r.body, want_ids),
+            "return_tokens_as_token_ids: %s", ids_r.body ? ids_r.body : "");
+    resp_free(&ids_r);
     complete(port, 0, NULL, "{\"prompt\":\"Once upon a time\",\"max_tokens\":60,\"temperature\":0}", &plain);
     complete(port, 0, NULL, "{\"prompt\":\"Once upon a time\",\"max_tokens\":60,\"temperature\":0,\"frequency_penalty\":2}", &pen);
     complete(port, 0, NULL,

@@ -657,6 +657,32 @@ static void test_infill_native(void) {
     nv_tokenizer_free(t);
 }
 
+/* vLLM's bad_words on a byte-level vocabulary: each word as written (after its leading white space)
+ * and, where the space makes a word of its own of as many tokens, after one space; a sequence's
+ * last token is then never sampled after the rest of it. */
+static void test_bad_words_tokens(void) {
+    nv_tokenizer *t = load_vocab(&(vocab_opts){"qwen2", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0});
+    if (!t) return;
+    nv_api_ctx ctx = {.model_id = "m", .tok = t, .tmpl = NV_CHAT_CHATML, .seq_len = 4096, .vocab_size = N_TOKENS, .capacity = 4000, .dim = 64};
+    nv_api_request r;
+    nv_api_error e;
+    /* "t" and " t" are each one token: both banned; " cat" is "c" "at" as written, one token " cat" after a
+       space (not as many: left out, as vLLM leaves it) */
+    const char *body = "{\"prompt\": \"x\", \"max_tokens\": 2, \"bad_words\": [\"t\", \"  cat\"]}";
+    T_CHECK(nv_api_parse(&ctx, 0, body, strlen(body), &r, &e) == 0, "%s", e.message);
+    nv_buf got = {0}, want = {0};
+    for (int k = 0, at = 0; k < r.req.n_bad; at += r.req.bad_len[k], k++) {
+        for (int i = 0; i < r.req.bad_len[k]; i++) nv_buf_printf(&got, "%s%d", i ? " " : "", r.req.bad_tok[at + i]);
+        nv_buf_puts(&got, ";");
+    }
+    nv_buf_printf(&want, "%d;%d;%d %d;", 't', id_of(t, " t"), 'c', id_of(t, "at"));
+    T_CHECK(got.data && !strcmp(got.data, want.data), "the sequences: %s, not %s", got.data ? got.data : "", want.data);
+    nv_buf_free(&got);
+    nv_buf_free(&want);
+    nv_api_request_free(&r);
+    nv_tokenizer_free(t);
+}
+
 int main(void) {
     T_RUN(test_merges_by_rank_within_pieces);
     T_RUN(test_llama3_split_and_ignore_merges);
@@ -673,5 +699,6 @@ int main(void) {
     T_RUN(test_fill_in_the_middle);
     T_RUN(test_infill_native);
     T_RUN(test_native_repeated_keys);
+    T_RUN(test_bad_words_tokens);
     return t_done();
 }

@@ -237,6 +237,74 @@ static int logit_adjustments(const nv_api_ctx *ctx, const cJSON *root, nv_api_re
     return 0;
 }
 
+/* vLLM's allowed_token_ids (a list of the vocabulary's ids: only those are sampled) and bad_words
+ * (strings whose tokens the answer may not complete: each as written after its leading white space,
+ * and after one space, as vLLM tokenizes them, so a word is banned at the text's start and inside it). */
+#define MAX_BAD_WORDS 128
+static int token_filters(const nv_api_ctx *ctx, const cJSON *root, nv_api_request *out, nv_api_error *err) {
+    const cJSON *allowed = nv_api_field(root, "allowed_token_ids"), *bad = nv_api_field(root, "bad_words");
+    if (allowed) {
+        const int n = cJSON_IsArray(allowed) ? cJSON_GetArraySize(allowed) : 0;
+        if (n < 1 || n > ctx->vocab_size) {
+            nv_api_error_set(err, E400, NULL, "allowed_token_ids", "'allowed_token_ids' must be a list of 1 to %d token ids", ctx->vocab_size);
+            return err->status;
+        }
+        if (!(out->allowed = malloc((size_t)n * sizeof *out->allowed))) return nv_api_oom(err);
+        int i = 0;
+        for (const cJSON *e = allowed->child; e; e = e->next, i++) {
+            if (!cJSON_IsNumber(e) || e->valuedouble != floor(e->valuedouble) || e->valuedouble < 0 || e->valuedouble >= ctx->vocab_size) {
+                nv_api_error_set(err, E400, NULL, "allowed_token_ids", "'allowed_token_ids[%d]' is not a token id of this model (0..%d)", i,
+                                 ctx->vocab_size - 1);
+                return err->status;
+            }
+            out->allowed[i] = (int)e->valuedouble;
+        }
+        out->req.allowed = out->allowed;
+        out->req.n_allowed = n;
+    }
+    if (!bad) return 0;
+    const int n = cJSON_IsArray(bad) ? cJSON_GetArraySize(bad) : -1;
+    if (n < 0 || n > MAX_BAD_WORDS) {
+        nv_api_error_set(err, E400, NULL, "bad_words", "'bad_words' must be a list of at most %d strings", MAX_BAD_WORDS);
+        return err->status;
+    }
+    nv_ids toks = {0}, lens = {0};
+    int i = 0, rc = 0;
+    for (const cJSON *e = bad->child; e && !rc; e = e->next, i++) {
+        const char *w = cJSON_GetStringValue(e);
+        while (w && (*w == ' ' || *w == '\t' || *w == '\n' || *w == '\r')) w++;
+        if (!w || !*w || strlen(w) > 256) {
+            nv_api_error_set(err, E400, NULL, "bad_words", "'bad_words[%d]' must be a string of 1 to 256 bytes besides leading white space", i);
+            rc = err->status;
+            break;
+        }
+        int first_len = 0, first_tok = -1;
+        for (int spaced = 0; spaced < 2 && !rc; spaced++) {
+            char text[260];
+            snprintf(text, sizeof text, "%s%s", spaced ? " " : "", w);
+            int *ids = NULL, k = 0;
+            if (nv_tokenizer_encode(ctx->tok, text, 0, 0, &ids, &k) != NV_OK) {
+                rc = nv_api_oom(err);
+                break;
+            }
+            /* the spaced form only where the space makes a word of its own (vLLM's rule) */
+            if (k > 0 && (!spaced || (ids[0] != first_tok && k == first_len))) {
+                if (nv_ids_push(&toks, ids, k) != NV_OK || nv_ids_push(&lens, &k, 1) != NV_OK) rc = nv_api_oom(err);
+                if (!spaced) first_len = k, first_tok = ids[0];
+            }
+            free(ids);
+        }
+    }
+    if (!rc && lens.n) {
+        out->bad_tok = toks.v, out->bad_len = lens.v;
+        out->req.bad_tok = toks.v, out->req.bad_len = lens.v, out->req.n_bad = lens.n;
+        return 0;
+    }
+    free(toks.v);
+    free(lens.v);
+    return rc;
+}
+
 /* chat: logprobs (bool) and top_logprobs (0..20, with logprobs); completions: logprobs (0..20, the
  * alternatives per token, as vLLM takes it (OpenAI's stops at 5); null or absent: none). */
 static int parse_logprobs(const cJSON *root, int chat, nv_api_request *out, nv_api_error *err) {
@@ -1265,7 +1333,9 @@ static int parse_root(const nv_api_ctx *ctx, int chat, const cJSON *root, const 
         out->req.seed = r.state;
     }
     if ((rc = logit_adjustments(ctx, root, out, err))) return rc;
+    if ((rc = token_filters(ctx, root, out, err))) return rc;
     if ((rc = parse_logprobs(root, chat, out, err))) return rc;
+    if ((rc = nv_api_get_bool(root, "return_tokens_as_token_ids", &out->lp_ids, err))) return rc;
     const char *bad[] = {"best_of", "functions", "tools"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0] - (chat ? 1 : 0); i++) /* chat takes tools */
         if ((rc = unsupported(root, bad[i], err))) return rc;
@@ -1615,6 +1685,9 @@ void nv_api_request_free(nv_api_request *r) {
     free(r->pred_ids);
     for (int i = 0; i < r->n_more; i++) free(r->more[i].ids), free(r->more[i].echo_text);
     free(r->bias_tok);
+    free(r->allowed);
+    free(r->bad_tok);
+    free(r->bad_len);
     free(r->dry_breaker);
     free(r->bias);
     free(r->echo_text);
@@ -1686,9 +1759,19 @@ static void add_usage(cJSON *root, const nv_api_meta *m, int prompt_tokens, int 
 
 
 /* {"token", "logprob", "bytes"} of the chat shape (bytes: the piece's raw bytes). */
+/* A record's token as responses name it: its text, or with return_tokens_as_token_ids "token_id:N"
+ * (vLLM's: texts that are not whole characters, or equal for two tokens, stay apart). */
+static const char *lp_name(const nv_api_meta *m, int prev, int tok, nv_buf *b) {
+    if (!m->lp_ids) return token_text(m->lp_tok, prev, tok, b);
+    b->len = 0;
+    nv_buf_printf(b, "token_id:%d", tok);
+    return b->data ? b->data : "";
+}
+
 static cJSON *chat_token(const nv_api_meta *m, int prev, int tok, float logprob, nv_buf *b) {
     cJSON *o = cJSON_CreateObject();
     nv_api_token_fields(o, m->lp_tok, prev, tok, b);
+    if (m->lp_ids) cJSON_ReplaceItemInObjectCaseSensitive(o, "token", cJSON_CreateString(lp_name(m, prev, tok, b)));
     cJSON_AddNumberToObject(o, "logprob", logprob);
     return o;
 }
@@ -1716,7 +1799,7 @@ static void add_logprobs(cJSON *c, const nv_api_meta *m) {
         long off = m->text_offset;
         for (int i = 0; i < m->n_lps; i++) {
             const nv_token_lp *t = &m->lps[i];
-            cJSON_AddItemToArray(tokens, cJSON_CreateString(token_text(m->lp_tok, t->prev, t->tok, &b)));
+            cJSON_AddItemToArray(tokens, cJSON_CreateString(lp_name(m, t->prev, t->tok, &b)));
             cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)off));
             off += (long)strlen(token_piece(m->lp_tok, t->prev, t->tok));
             if (t->unscored) { /* an echoed prompt's first token */
@@ -1727,7 +1810,7 @@ static void add_logprobs(cJSON *c, const nv_api_meta *m) {
             cJSON_AddItemToArray(lps, cJSON_CreateNumber(t->logprob));
             cJSON *alt = cJSON_CreateObject();
             for (int j = 0; j < t->n_top; j++) {
-                const char *key = token_text(m->lp_tok, t->prev, t->top_tok[j], &b);
+                const char *key = lp_name(m, t->prev, t->top_tok[j], &b);
                 if (!cJSON_GetObjectItemCaseSensitive(alt, key)) cJSON_AddNumberToObject(alt, key, t->top_lp[j]);
             }
             cJSON_AddItemToArray(tops, alt);

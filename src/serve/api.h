@@ -67,6 +67,7 @@ void nv_api_tools_free(nv_api_tools *t);
 typedef struct {
     int chat, stream, include_usage, echo;
     int reasoning; /* chat: the answer's leading think block goes to reasoning_content (req.think_open: the prompt opened it) */
+    int lp_ids;    /* vLLM's return_tokens_as_token_ids */
     int n; /* choices per prompt: that many sequences from each prompt */
     /* completions: prompts after the first (a list of several); prompts x n <= NV_MAX_CHOICES */
     int n_more;
@@ -81,6 +82,8 @@ typedef struct {
     int *pred_ids; /* prediction's tokens (req.prediction points to them), or NULL */
     char *echo_text; /* the prompt as text, when echo */
     char *stop_copy[NV_MAX_STOP];
+    int *allowed;  /* allowed_token_ids, when given */
+    int *bad_tok, *bad_len; /* bad_words' token sequences, when given */
     int *bias_tok; /* logit_bias, when given */
     float *bias;
     unsigned char *dry_breaker; /* DRY's breaker tokens, when DRY is on [vocab] */
@@ -194,6 +197,7 @@ typedef struct {
      * text_offset is the completions shape's byte offset of the first record's text */
     int index; /* the choice a chunk belongs to */
     int lp_on;
+    int lp_ids; /* return_tokens_as_token_ids: records name their tokens "token_id:N" */
     const nv_tokenizer *lp_tok;
     const nv_token_lp *lps;
     int n_lps;

@@ -54,6 +54,10 @@ struct nv_req {
        (-1: not forcing) */
     nv_think thk;
     int think_budget, think_n, think_u8, *think_close, n_think_close, force_at;
+    unsigned char *allowed; /* allowed_token_ids as a mask [vocab] (NULL: any token) */
+    /* bad_words: the sequences (nv_req_params'), and the answer's tokens so far (bad_hist, n_gen of them
+       and this step's) which their ends are matched against */
+    int *bad_tok, *bad_len, n_bad, *bad_hist, n_hist;
     int *blocks;
     int n_alloc, reserved;
     /* split pages (the scheduler's wring > 0): the windowed layers' table, [blocks_needed]. Its first
@@ -246,6 +250,10 @@ static void req_free(nv_req *r) {
     free(r->pred_ids);
     free(r->think_close);
     nv_think_free(&r->thk);
+    free(r->allowed);
+    free(r->bad_tok);
+    free(r->bad_len);
+    free(r->bad_hist);
     nv_gsampler_free(&r->gs);
     nv_glazy_free(&r->lazy);
     nv_sampler_free(&r->sampler);
@@ -337,6 +345,29 @@ nv_err nv_req_create(nv_req **out, const nv_req_params *p) {
     for (int i = 0; e == NV_OK && r->think_budget >= 0 && i < p->n_think_close; i++)
         if (p->think_close[i] < 0 || p->think_close[i] >= p->vocab_size)
             e = nv_fail(NV_EINVAL, "request: the think block's closing token %d is outside the vocabulary", p->think_close[i]);
+    if (e == NV_OK && p->n_allowed > 0) { /* a mask: each row then costs one pass over the vocabulary */
+        if (!(r->allowed = calloc((size_t)p->vocab_size, 1))) e = nv_fail(NV_ENOMEM, "request: out of memory");
+        for (int i = 0; e == NV_OK && i < p->n_allowed; i++)
+            if (p->allowed[i] < 0 || p->allowed[i] >= p->vocab_size) e = nv_fail(NV_EINVAL, "request: the allowed token %d is outside the vocabulary", p->allowed[i]);
+            else r->allowed[p->allowed[i]] = 1;
+    }
+    if (e == NV_OK && p->n_bad > 0) {
+        size_t total = 0;
+        for (int k = 0; k < p->n_bad; k++) total += p->bad_len[k] > 0 ? (size_t)p->bad_len[k] : 0;
+        r->bad_tok = malloc(total * sizeof(int) + 1);
+        r->bad_len = malloc((size_t)p->n_bad * sizeof(int));
+        r->bad_hist = malloc(((size_t)p->max_tokens + NV_MAX_SPEC + 1) * sizeof(int));
+        if (!r->bad_tok || !r->bad_len || !r->bad_hist) e = nv_fail(NV_ENOMEM, "request: out of memory");
+        for (size_t i = 0; e == NV_OK && i < total; i++)
+            if (p->bad_tok[i] < 0 || p->bad_tok[i] >= p->vocab_size) e = nv_fail(NV_EINVAL, "request: a bad word's token %d is outside the vocabulary", p->bad_tok[i]);
+        for (int k = 0; e == NV_OK && k < p->n_bad; k++)
+            if (p->bad_len[k] < 1) e = nv_fail(NV_EINVAL, "request: a bad word of no tokens");
+        if (e == NV_OK) {
+            memcpy(r->bad_tok, p->bad_tok, total * sizeof(int));
+            memcpy(r->bad_len, p->bad_len, (size_t)p->n_bad * sizeof(int));
+            r->n_bad = p->n_bad;
+        }
+    }
     if (e == NV_OK && r->think_budget >= 0) {
         if (!(r->think_close = malloc((size_t)p->n_think_close * sizeof(int)))) e = nv_fail(NV_ENOMEM, "request: out of memory");
         else memcpy(r->think_close, p->think_close, (size_t)p->n_think_close * sizeof(int)), r->n_think_close = p->n_think_close;
@@ -1460,6 +1491,18 @@ static void lazy_step(nv_sched *s, nv_req *r, int prev, int tok) {
         nv_log(NV_LOG_WARN, "serve: out of memory following a tool call's grammar; the call goes unconstrained");
 }
 
+/* allowed_token_ids and bad_words on a row's logits: every token outside the allowed ones, and each
+ * bad word's last token where the answer so far ends with the rest of it, gets -inf. */
+static void token_filters(const nv_sched *s, const nv_req *r, float *logits) {
+    if (r->allowed)
+        for (int v = 0; v < s->model->config.vocab_size; v++)
+            if (!r->allowed[v]) logits[v] = -INFINITY;
+    for (int k = 0, at = 0; k < r->n_bad; at += r->bad_len[k], k++) {
+        const int *w = r->bad_tok + at, m = r->bad_len[k] - 1; /* the rest: its first m tokens */
+        if (m <= r->n_hist && !memcmp(r->bad_hist + r->n_hist - m, w, (size_t)m * sizeof(int))) logits[w[m]] = -INFINITY;
+    }
+}
+
 /* A reasoning budget before a row is sampled: forcing begins once the block has spent its tokens
  * (and its text ends on a whole character). */
 static void think_check(nv_req *r) {
@@ -1519,6 +1562,7 @@ static void sample_rows(nv_sched *s, int i) {
         if (r->lp_k >= 0) memcpy(r->lp_raw, logits, (size_t)n * sizeof(float));
         if (r->n_gen + j < r->min_tokens) /* min_tokens: the answer may not end yet */
             for (int e = 0; e < s->n_eog; e++) logits[s->eog_ids[e]] = -INFINITY;
+        token_filters(s, r, logits);
         think_check(r);
         if (r->force_at >= 0 && r->gs.m && !nv_gmatch_allows(r->gs.m, s->tok, prev, r->think_close[r->force_at]))
             r->force_at = r->think_budget = -1; /* a grammar that refuses the closing keeps its own way */
@@ -1537,6 +1581,7 @@ static void sample_rows(nv_sched *s, int i) {
         r->outs[r->n_outs++] = tok;
         if (!r->ignore_eos && nv_tokenizer_is_eog(s->tok, tok)) return;
         nv_sampler_accept(&r->sampler, tok);
+        if (r->bad_hist) r->bad_hist[r->n_hist++] = tok;
         think_step(s, r, prev, tok);
         if (r->lazy.g) lazy_step(s, r, prev, tok);
         if (r->gs.m && (!r->lazy.g || r->lazy_ends) && nv_gmatch_finished(r->gs.m)) return;

@@ -153,6 +153,13 @@ typedef struct {
     float mirostat_tau, mirostat_eta;
     int ignore_eos;                            /* vLLM's: end-of-generation tokens do not end the answer */
     int min_tokens;                            /* vLLM's: none of them is sampled before this many tokens */
+    const int *allowed;                        /* vLLM's allowed_token_ids: only these are sampled (n_allowed 0: any); copied */
+    int n_allowed;
+    /* vLLM's bad_words as token sequences (bad_len[k] tokens each, one after another in bad_tok): a
+       sequence's last token is not sampled where the answer's tokens so far end with the rest of it
+       (a sequence of one: never); copied */
+    const int *bad_tok, *bad_len;
+    int n_bad;
     const int *bias_tok;                       /* logit_bias: n_bias (token, bias) pairs, copied */
     const float *bias;
     int n_bias;
