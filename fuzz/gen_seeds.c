@@ -630,7 +630,8 @@ static void api(void) {
         {"chat_think_budget.json", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"reasoning_format\":\"deepseek\","
                                    "\"thinking_token_budget\":3,\"reasoning_effort\":\"high\",\"response_format\":{\"type\":\"json_object\"}}"},
         {"token_filters.json", "{\"prompt\":\"Once\",\"max_tokens\":4,\"allowed_token_ids\":[300,301],\"bad_words\":[\"girl\",\" a b\"],"
-                               "\"logprobs\":1,\"return_tokens_as_token_ids\":true}"},
+                               "\"logprobs\":1,\"return_tokens_as_token_ids\":true,\"stop_token_ids\":[2,13],\"include_stop_str_in_output\":true,"
+                               "\"skip_special_tokens\":false,\"truncate_prompt_tokens\":2,\"priority\":-3}"},
     };
     for (size_t i = 0; i < sizeof bodies / sizeof bodies[0]; i++)
         put("api", bodies[i][0], bodies[i][1], strlen(bodies[i][1]));

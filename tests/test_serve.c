@@ -342,7 +342,10 @@ static void test_stop_strings_and_sampling(void) {
     T_CHECK(at_start.status == 200 && !strncmp(at_start.text, " there", 6) && strncmp(at_start.text, " there was", 10) != 0,
             "bad_words at the answer's start: '%s'", at_start.text);
     static const char *const bad_filters[] = {"\"allowed_token_ids\":[]", "\"allowed_token_ids\":[512]", "\"allowed_token_ids\":[1.5]",
-                                              "\"allowed_token_ids\":3", "\"bad_words\":[\" \"]", "\"bad_words\":\"girl\"", "\"bad_words\":[1]"};
+                                              "\"allowed_token_ids\":3", "\"bad_words\":[\" \"]", "\"bad_words\":\"girl\"", "\"bad_words\":[1]",
+                                              "\"stop_token_ids\":[-1]", "\"stop_token_ids\":7", "\"include_stop_str_in_output\":1",
+                                              "\"skip_special_tokens\":\"no\"", "\"truncate_prompt_tokens\":0", "\"truncate_prompt_tokens\":2,\"echo\":true",
+                                              "\"priority\":1.5"};
     for (size_t i = 0; i < sizeof bad_filters / sizeof *bad_filters; i++) {
         result e;
         snprintf(body, sizeof body, "{\"prompt\":\"Once\",\"max_tokens\":2,%s}", bad_filters[i]);
@@ -357,6 +360,46 @@ static void test_stop_strings_and_sampling(void) {
     T_CHECK(http(port, "POST", "/v1/completions", NULL, body, &ids_r) && ids_r.status == 200 && strstr(ids_r.body, want_ids),
             "return_tokens_as_token_ids: %s", ids_r.body ? ids_r.body : "");
     resp_free(&ids_r);
+    /* vLLM's include_stop_str_in_output, stop_token_ids (held off by min_tokens), skip_special_tokens,
+       truncate_prompt_tokens */
+    result kept, by_id, by_id_kept, held, special, trunc, by_ids;
+    char want[9000];
+    complete(port, 0, NULL, "{\"prompt\":\"Once upon a time\",\"max_tokens\":40,\"temperature\":0,\"stop\":\"girl\",\"include_stop_str_in_output\":true}", &kept);
+    snprintf(want, sizeof want, "%sgirl", cut.text);
+    T_CHECK(kept.status == 200 && !strcmp(kept.finish, "stop") && !strcmp(kept.text, want), "include_stop_str_in_output: '%s'", kept.text);
+    int *was = NULL, n_was = 0;
+    T_CHECK(nv_tokenizer_encode(t_tok, "was", 0, 0, &was, &n_was) == NV_OK && n_was == 1, "' was' is one token");
+    const char *w_at = strstr(whole.text, " was");
+    if (n_was == 1 && w_at) {
+        snprintf(body, sizeof body, "{\"prompt\":\"Once upon a time\",\"max_tokens\":40,\"temperature\":0,\"stop_token_ids\":[%d]}", was[0]);
+        complete(port, 0, NULL, body, &by_id);
+        T_CHECK(by_id.status == 200 && !strcmp(by_id.finish, "stop") && strlen(by_id.text) == (size_t)(w_at - whole.text) &&
+                    !strncmp(by_id.text, whole.text, strlen(by_id.text)),
+                "stop_token_ids: '%s'", by_id.text);
+        snprintf(body, sizeof body, "{\"prompt\":\"Once upon a time\",\"max_tokens\":40,\"temperature\":0,\"stop_token_ids\":[%d],"
+                                    "\"include_stop_str_in_output\":true}", was[0]);
+        complete(port, 0, NULL, body, &by_id_kept);
+        snprintf(want, sizeof want, "%s was", by_id.text);
+        T_CHECK(by_id_kept.status == 200 && !strcmp(by_id_kept.text, want), "stop_token_ids kept: '%s'", by_id_kept.text);
+        snprintf(body, sizeof body, "{\"prompt\":\"Once upon a time\",\"max_tokens\":12,\"temperature\":0,\"stop_token_ids\":[%d],\"min_tokens\":12}", was[0]);
+        complete(port, 0, NULL, body, &held);
+        T_CHECK(held.status == 200 && held.completion_tokens == 12 && !strstr(held.text, " was"), "min_tokens holds a stop token off: '%s'", held.text);
+    }
+    free(was);
+    complete(port, 0, NULL, "{\"prompt\":\"Once upon a time\",\"max_tokens\":400,\"temperature\":0,\"ignore_eos\":true,\"skip_special_tokens\":false}", &special);
+    const char *bos_text = nv_tokenizer_special_text(t_tok, nv_tokenizer_bos(t_tok));
+    T_CHECK(special.status == 200 && bos_text && *bos_text && strstr(special.text, bos_text) && !strstr(ign.text, bos_text),
+            "skip_special_tokens false: the end token's text shows: '%s'", special.text);
+    int *p_ids = NULL, n_p = 0;
+    T_CHECK(nv_tokenizer_encode(t_tok, "Once upon a time there was a big dog", 1, 0, &p_ids, &n_p) == NV_OK && n_p > 4, "encode");
+    if (n_p > 4) {
+        complete(port, 0, NULL, "{\"prompt\":\"Once upon a time there was a big dog\",\"max_tokens\":6,\"temperature\":0,\"truncate_prompt_tokens\":3}", &trunc);
+        snprintf(body, sizeof body, "{\"prompt\":[%d,%d,%d],\"max_tokens\":6,\"temperature\":0}", p_ids[n_p - 3], p_ids[n_p - 2], p_ids[n_p - 1]);
+        complete(port, 0, NULL, body, &by_ids);
+        T_CHECK(trunc.status == 200 && trunc.prompt_tokens == 3 && by_ids.status == 200 && !strcmp(trunc.text, by_ids.text),
+                "truncate_prompt_tokens 3: %d tokens, '%s' against '%s'", trunc.prompt_tokens, trunc.text, by_ids.text);
+    }
+    free(p_ids);
     complete(port, 0, NULL, "{\"prompt\":\"Once upon a time\",\"max_tokens\":60,\"temperature\":0}", &plain);
     complete(port, 0, NULL, "{\"prompt\":\"Once upon a time\",\"max_tokens\":60,\"temperature\":0,\"frequency_penalty\":2}", &pen);
     complete(port, 0, NULL,
@@ -2152,6 +2195,47 @@ static void test_tiny_pool_queue_429_disconnect(void) {
             "stream during shutdown: status %d done %d finish '%s'", last.res.status, last.res.done, last.res.finish);
 }
 
+/* vLLM's priority: of two requests waiting for the only sequence, the one of lower priority value
+ * runs first, whatever their order of arrival. */
+typedef struct {
+    int port, priority, status;
+    double t_done;
+} prio_job;
+
+static void *run_priority_job(void *arg) {
+    prio_job *j = arg;
+    char body[160];
+    snprintf(body, sizeof body, "{\"prompt\":\"Once\",\"max_tokens\":3,\"temperature\":0,\"priority\":%d}", j->priority);
+    result res;
+    complete(j->port, 0, NULL, body, &res);
+    j->status = res.status;
+    j->t_done = now_s();
+    return NULL;
+}
+
+static void test_priority_order(void) {
+    server s;
+    if (!server_start(&s, "priority", "--kv-memory 30K --max-batch 1 --max-queue 4", "NERVE_TEST_STEP_DELAY_MS=40")) {
+        T_CHECK(0, "server did not start");
+        return;
+    }
+    const int port = s.port;
+    const int fd1 = open_stream(port, "{\"prompt\":\"Once upon a time\",\"max_tokens\":20,\"temperature\":0,\"stream\":true}");
+    T_CHECK(fd1 >= 0 && wait_metric(port, "nerve_running_sequences", 1), "the first request did not start");
+    prio_job later = {.port = port, .priority = 0}, sooner = {.port = port, .priority = -5};
+    pthread_t t_later, t_sooner;
+    pthread_create(&t_later, NULL, run_priority_job, &later);
+    T_CHECK(wait_metric(port, "nerve_queue_depth", 1), "the second request is not queued");
+    pthread_create(&t_sooner, NULL, run_priority_job, &sooner);
+    T_CHECK(wait_metric(port, "nerve_queue_depth", 2), "the third request is not queued");
+    if (fd1 >= 0) close(fd1); /* the first goes: the queue runs */
+    pthread_join(t_later, NULL);
+    pthread_join(t_sooner, NULL);
+    T_CHECK(later.status == 200 && sooner.status == 200 && sooner.t_done < later.t_done,
+            "priority -5 (arrived second) done at %.3f, priority 0 at %.3f", sooner.t_done, later.t_done);
+    T_CHECK(server_stop(&s) == 0, "server did not exit 0");
+}
+
 /* ---- auth, CORS, timeouts ----------------------------------------------------------------------- */
 
 static void test_auth_cors_timeout(void) {
@@ -2677,6 +2761,7 @@ int main(void) {
     T_RUN(test_tool_calls);
     T_RUN(test_run_folder);
     T_RUN(test_tiny_pool_queue_429_disconnect);
+    T_RUN(test_priority_order);
     T_RUN(test_auth_cors_timeout);
     T_RUN(test_https);
     T_RUN(test_webui);

@@ -241,6 +241,7 @@ static int logit_adjustments(const nv_api_ctx *ctx, const cJSON *root, nv_api_re
  * (strings whose tokens the answer may not complete: each as written after its leading white space,
  * and after one space, as vLLM tokenizes them, so a word is banned at the text's start and inside it). */
 #define MAX_BAD_WORDS 128
+static int read_ids(const cJSON *arr, const char *param, int vocab, int *ids, nv_api_error *err);
 static int token_filters(const nv_api_ctx *ctx, const cJSON *root, nv_api_request *out, nv_api_error *err) {
     const cJSON *allowed = nv_api_field(root, "allowed_token_ids"), *bad = nv_api_field(root, "bad_words");
     if (allowed) {
@@ -262,6 +263,27 @@ static int token_filters(const nv_api_ctx *ctx, const cJSON *root, nv_api_reques
         out->req.allowed = out->allowed;
         out->req.n_allowed = n;
     }
+    const cJSON *stops = nv_api_field(root, "stop_token_ids");
+    if (stops) {
+        const int n = cJSON_IsArray(stops) ? cJSON_GetArraySize(stops) : -1;
+        if (n < 0 || n > 64) {
+            nv_api_error_set(err, E400, NULL, "stop_token_ids", "'stop_token_ids' must be a list of at most 64 token ids");
+            return err->status;
+        }
+        if (n && !(out->stop_ids = malloc((size_t)n * sizeof *out->stop_ids))) return nv_api_oom(err);
+        if (n && read_ids(stops, "stop_token_ids", ctx->vocab_size, out->stop_ids, err)) return err->status;
+        out->req.stop_ids = out->stop_ids;
+        out->req.n_stop_ids = n;
+    }
+    int skip = 1, rc0;
+    if ((rc0 = nv_api_get_bool(root, "include_stop_str_in_output", &out->req.include_stop, err)) ||
+        (rc0 = nv_api_get_bool(root, "skip_special_tokens", &skip, err)))
+        return rc0;
+    out->req.keep_special = !skip;
+    long long priority = 0;
+    int given;
+    if ((rc0 = get_int(root, "priority", -1e9, 1e9, &priority, &given, err))) return rc0;
+    out->req.priority = (int)priority;
     if (!bad) return 0;
     const int n = cJSON_IsArray(bad) ? cJSON_GetArraySize(bad) : -1;
     if (n < 0 || n > MAX_BAD_WORDS) {
@@ -1064,6 +1086,28 @@ static void truncate_prompt(const nv_api_ctx *ctx, int keep, nv_api_request *out
             tail);
 }
 
+/* vLLM's truncate_prompt_tokens: a prompt (each of a list) keeps only its last k tokens (-1: as many as
+ * the context holds, less one for the answer). */
+static int truncate_prompt_tokens(const nv_api_ctx *ctx, const cJSON *root, nv_api_request *out, nv_api_error *err) {
+    long long k = 0;
+    int given, rc;
+    if ((rc = get_int(root, "truncate_prompt_tokens", -1, 1e9, &k, &given, err)) || !given) return rc;
+    if (k == 0) {
+        nv_api_error_set(err, E400, NULL, "truncate_prompt_tokens", "'truncate_prompt_tokens' must be at least 1 (or -1: the context's length)");
+        return err->status;
+    }
+    if (out->echo) {
+        nv_api_error_set(err, E400, NULL, "truncate_prompt_tokens", "'truncate_prompt_tokens' cannot be combined with 'echo'");
+        return err->status;
+    }
+    if (k < 0 || k > ctx->seq_len - 1) k = ctx->seq_len - 1;
+    for (int i = -1; i < out->n_more; i++) {
+        int *ids = i < 0 ? out->prompt_ids : out->more[i].ids, *n = i < 0 ? &out->req.n_prompt : &out->more[i].n;
+        if (*n > k) memmove(ids, ids + *n - k, (size_t)k * sizeof *ids), *n = (int)k;
+    }
+    return 0;
+}
+
 static int parse_stop(const cJSON *root, int max_stop, nv_api_request *out, nv_api_error *err) {
     const cJSON *s = nv_api_field(root, "stop");
     if (!s) return 0;
@@ -1382,6 +1426,7 @@ static int parse_root(const nv_api_ctx *ctx, int chat, const cJSON *root, const 
     if (po->n_prefix && (rc = put_prefix(ctx, po, out, err))) return rc;
     if (po->count_only) return 0;
     if (po->truncate) truncate_prompt(ctx, po->keep, out);
+    if ((rc = truncate_prompt_tokens(ctx, root, out, err))) return rc;
     if ((rc = parse_prediction(ctx, root, out, err))) return rc;
     const char *pp = chat ? "messages" : "prompt";
     long np = out->req.n_prompt; /* the longest prompt sets the room every one of them has */
@@ -1686,6 +1731,7 @@ void nv_api_request_free(nv_api_request *r) {
     for (int i = 0; i < r->n_more; i++) free(r->more[i].ids), free(r->more[i].echo_text);
     free(r->bias_tok);
     free(r->allowed);
+    free(r->stop_ids);
     free(r->bad_tok);
     free(r->bad_len);
     free(r->dry_breaker);

@@ -83,6 +83,7 @@ typedef struct {
     char *echo_text; /* the prompt as text, when echo */
     char *stop_copy[NV_MAX_STOP];
     int *allowed;  /* allowed_token_ids, when given */
+    int *stop_ids; /* stop_token_ids, when given */
     int *bad_tok, *bad_len; /* bad_words' token sequences, when given */
     int *bias_tok; /* logit_bias, when given */
     float *bias;

@@ -54,6 +54,8 @@ struct nv_req {
        (-1: not forcing) */
     nv_think thk;
     int think_budget, think_n, think_u8, *think_close, n_think_close, force_at;
+    int *stop_ids, n_stop_ids; /* stop_token_ids */
+    int include_stop, keep_special, priority; /* nv_req_params' */
     unsigned char *allowed; /* allowed_token_ids as a mask [vocab] (NULL: any token) */
     /* bad_words: the sequences (nv_req_params'), and the answer's tokens so far (bad_hist, n_gen of them
        and this step's) which their ends are matched against */
@@ -251,6 +253,7 @@ static void req_free(nv_req *r) {
     free(r->think_close);
     nv_think_free(&r->thk);
     free(r->allowed);
+    free(r->stop_ids);
     free(r->bad_tok);
     free(r->bad_len);
     free(r->bad_hist);
@@ -345,6 +348,13 @@ nv_err nv_req_create(nv_req **out, const nv_req_params *p) {
     for (int i = 0; e == NV_OK && r->think_budget >= 0 && i < p->n_think_close; i++)
         if (p->think_close[i] < 0 || p->think_close[i] >= p->vocab_size)
             e = nv_fail(NV_EINVAL, "request: the think block's closing token %d is outside the vocabulary", p->think_close[i]);
+    r->include_stop = p->include_stop, r->keep_special = p->keep_special, r->priority = p->priority;
+    if (e == NV_OK && p->n_stop_ids > 0) {
+        if (!(r->stop_ids = malloc((size_t)p->n_stop_ids * sizeof(int)))) e = nv_fail(NV_ENOMEM, "request: out of memory");
+        for (int i = 0; e == NV_OK && i < p->n_stop_ids; i++)
+            if (p->stop_ids[i] < 0 || p->stop_ids[i] >= p->vocab_size) e = nv_fail(NV_EINVAL, "request: the stop token %d is outside the vocabulary", p->stop_ids[i]);
+            else r->stop_ids[r->n_stop_ids++] = p->stop_ids[i];
+    }
     if (e == NV_OK && p->n_allowed > 0) { /* a mask: each row then costs one pass over the vocabulary */
         if (!(r->allowed = calloc((size_t)p->vocab_size, 1))) e = nv_fail(NV_ENOMEM, "request: out of memory");
         for (int i = 0; e == NV_OK && i < p->n_allowed; i++)
@@ -1403,18 +1413,36 @@ static void lp_compute(const float *raw, int n, int tok, int k, nv_token_lp *out
     for (int j = 0; j < out->n_top; j++) out->top_lp[j] -= lse;
 }
 
+/* 1 when tok ends r's answer: an end-of-generation token (unless ignore_eos), or one of its stop_token_ids. */
+static int ends_answer(const nv_sched *s, const nv_req *r, int tok) {
+    for (int i = 0; i < r->n_stop_ids; i++)
+        if (tok == r->stop_ids[i]) return 1;
+    return !r->ignore_eos && nv_tokenizer_is_eog(s->tok, tok);
+}
+
+/* tok's text in r's answer: a control token's own text with skip_special_tokens false (vLLM's), an end
+ * token ignore_eos lets through nothing (vLLM skips special tokens likewise) */
+static const char *answer_piece(const nv_sched *s, const nv_req *r, int tok) {
+    const char *piece = nv_tokenizer_is_eog(s->tok, tok) ? "" : nv_tokenizer_decode(s->tok, r->last, tok);
+    if (r->keep_special && piece && !*piece && nv_tokenizer_special_text(s->tok, tok)) piece = nv_tokenizer_special_text(s->tok, tok);
+    return piece;
+}
+
 /* A sampled token (lp: its log-probability record): text, stop strings, limits (loop thread, no
  * lock). The sampler has counted it already (sample_task). */
 static void on_token(nv_sched *s, nv_req *r, int tok, nv_token_lp *lp, double now) {
     const nv_config *c = &s->model->config;
-    if (!r->ignore_eos && nv_tokenizer_is_eog(s->tok, tok)) {
+    if (ends_answer(s, r, tok)) {
         r->fin = NV_FINISH_STOP;
+        if (r->include_stop) { /* include_stop_str_in_output: the ending token's text stays (its special text: skip_special_tokens false) */
+            const char *piece = answer_piece(s, r, tok);
+            if (piece) nv_buf_puts(&r->pending, piece), r->pend_total += strlen(piece);
+        }
         flush_text(r, 1);
         return;
     }
     lp->prev = r->last;
-    /* an end token ignore_eos lets through adds no text (vLLM skips special tokens likewise) */
-    const char *piece = nv_tokenizer_is_eog(s->tok, tok) ? "" : nv_tokenizer_decode(s->tok, r->last, tok);
+    const char *piece = answer_piece(s, r, tok);
     r->last = tok;
     r->n_gen++;
     if (r->ctx && r->n_ctx < r->cap_ctx) r->ctx[r->n_ctx++] = tok;
@@ -1428,14 +1456,17 @@ static void on_token(nv_sched *s, nv_req *r, int tok, nv_token_lp *lp, double no
     if (piece) nv_buf_puts(&r->pending, piece);
     if (r->n_stop && r->pending.len) {
         size_t cut = (size_t)-1;
+        int hit_i = -1;
         for (int i = 0; i < r->n_stop; i++) {
             const char *hit = memmem(r->pending.data, r->pending.len, r->stop[i], strlen(r->stop[i]));
             if (hit && (size_t)(hit - r->pending.data) < cut) {
                 cut = (size_t)(hit - r->pending.data);
                 r->stop_hit = r->stop_src[i];
+                hit_i = i;
             }
         }
         if (cut != (size_t)-1) {
+            if (r->include_stop) cut += strlen(r->stop[hit_i]); /* include_stop_str_in_output: the stop string stays */
             r->pending.len = cut;
             r->pending.data[cut] = '\0';
             r->fin = NV_FINISH_STOP;
@@ -1560,8 +1591,10 @@ static void sample_rows(nv_sched *s, int i) {
     for (int j = 0; j < q->logits; j++) {
         float *logits = nv_batch_logits_at(&s->bs, c, i, j);
         if (r->lp_k >= 0) memcpy(r->lp_raw, logits, (size_t)n * sizeof(float));
-        if (r->n_gen + j < r->min_tokens) /* min_tokens: the answer may not end yet */
+        if (r->n_gen + j < r->min_tokens) { /* min_tokens: the answer may not end yet */
             for (int e = 0; e < s->n_eog; e++) logits[s->eog_ids[e]] = -INFINITY;
+            for (int e = 0; e < r->n_stop_ids; e++) logits[r->stop_ids[e]] = -INFINITY;
+        }
         token_filters(s, r, logits);
         think_check(r);
         if (r->force_at >= 0 && r->gs.m && !nv_gmatch_allows(r->gs.m, s->tok, prev, r->think_close[r->force_at]))
@@ -1579,7 +1612,7 @@ static void sample_rows(nv_sched *s, int i) {
         }
         if (r->lp_k >= 0) lp_compute(r->lp_raw, n, tok, r->lp_k, &r->lp_steps[j]);
         r->outs[r->n_outs++] = tok;
-        if (!r->ignore_eos && nv_tokenizer_is_eog(s->tok, tok)) return;
+        if (ends_answer(s, r, tok)) return;
         nv_sampler_accept(&r->sampler, tok);
         if (r->bad_hist) r->bad_hist[r->n_hist++] = tok;
         think_step(s, r, prev, tok);
@@ -1828,9 +1861,10 @@ nv_submit nv_sched_submit(nv_sched *s, nv_req *r, int background) {
         r->root = r->adapter ? s->o.adapters->v[r->adapter - 1].hash : 0;
         r->refs++;
         nv_req **link = &s->wait_head, *prev = NULL;
-        if (!background) /* before the first background request: the others keep their order */
-            while (*link && !(*link)->background) prev = *link, link = &(*link)->next;
-        else link = s->wait_tail ? &s->wait_tail->next : &s->wait_head, prev = s->wait_tail;
+        /* behind every request of its kind (background or not) whose priority is not higher (a
+           lower value), before the rest: FIFO among equals, background ones after all others */
+        while (*link && ((*link)->background < background || ((*link)->background == background && (*link)->priority <= r->priority)))
+            prev = *link, link = &(*link)->next;
         r->background = background;
         r->next = *link;
         *link = r;

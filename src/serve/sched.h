@@ -153,6 +153,11 @@ typedef struct {
     float mirostat_tau, mirostat_eta;
     int ignore_eos;                            /* vLLM's: end-of-generation tokens do not end the answer */
     int min_tokens;                            /* vLLM's: none of them is sampled before this many tokens */
+    const int *stop_ids;                       /* vLLM's stop_token_ids: these end the answer as end tokens do (copied) */
+    int n_stop_ids;
+    int include_stop;                          /* vLLM's include_stop_str_in_output: the stop string (or token) that ended it stays */
+    int keep_special;                          /* vLLM's skip_special_tokens false: control tokens' texts are written */
+    int priority;                              /* vLLM's: a lower value is admitted first (equal ones in arrival order) */
     const int *allowed;                        /* vLLM's allowed_token_ids: only these are sampled (n_allowed 0: any); copied */
     int n_allowed;
     /* vLLM's bad_words as token sequences (bad_len[k] tokens each, one after another in bad_tok): a
