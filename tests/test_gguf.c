@@ -998,8 +998,9 @@ static void test_serve_declared_template(void) {
                   "", "chat template olmo2"},
                  /* GLM's: OLMo 2's role markers, but a prompt and calls of its own: none nerve knows */
                  {"[gMASK]<sop>{% for m in messages %}<|{{ m.role }}|>{{ m.content }}{% endfor %}<|assistant|>", "", "run as Jinja, KV"},
-                 /* exactly nerve's own template: its renderer (which shows Qwen3's think blocks: answers read for them) */
-                 {NULL, "", "chat template chatml (reasoning to reasoning_content),"},
+                 /* exactly nerve's own template: its renderer (its ChatML shows Qwen3's switch, but a run trained on
+                    it does not think: answers not read for reasoning) */
+                 {NULL, "", "chat template chatml,"},
                  /* a ChatML template that shows a system message, tools, calls and results: run as it is written */
                  {"{%- if tools %}<|im_start|>system\n{{ tools | tojson }}<|im_end|>\n{% endif %}{%- for m in messages %}<|im_start|>"
                   "{{ m.role }}\n{{ m.content or '' }}{% for c in m.tool_calls or [] %}{{ c.function | tojson }}{% endfor %}<|im_end|>\n"

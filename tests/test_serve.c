@@ -345,7 +345,7 @@ static void test_stop_strings_and_sampling(void) {
                                               "\"allowed_token_ids\":3", "\"bad_words\":[\" \"]", "\"bad_words\":\"girl\"", "\"bad_words\":[1]",
                                               "\"stop_token_ids\":[-1]", "\"stop_token_ids\":7", "\"include_stop_str_in_output\":1",
                                               "\"skip_special_tokens\":\"no\"", "\"truncate_prompt_tokens\":0", "\"truncate_prompt_tokens\":2,\"echo\":true",
-                                              "\"priority\":1.5"};
+                                              "\"priority\":1.5", "\"allowed_token_ids\":[383],\"bad_words\":[\"there\"]"};
     for (size_t i = 0; i < sizeof bad_filters / sizeof *bad_filters; i++) {
         result e;
         snprintf(body, sizeof body, "{\"prompt\":\"Once\",\"max_tokens\":2,%s}", bad_filters[i]);

@@ -139,11 +139,14 @@ static const char *first_tokens(const answer *a, int k, char *out, size_t cap) {
     return out;
 }
 
+/* ChatML whose assistant turns (the generation prompt's, and earlier answers' alike, so a turn renders
+ * as it was prompted) open a think block, after the effort where one is given */
 static const char *const THINK_TEMPLATE =
-    "{%- for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
-    "{%- if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}"
-    "{% if reasoning_effort is defined %}effort={{ reasoning_effort }}\n{% endif %}"
-    "{% if enable_thinking is defined and not enable_thinking %}<think>\n\n</think>\n\n{% else %}<think>\n{% endif %}{% endif %}";
+    "{%- macro head() %}{{ '<|im_start|>assistant\\n' }}{% if reasoning_effort is defined %}effort={{ reasoning_effort }}\n{% endif %}"
+    "{% if enable_thinking is defined and not enable_thinking %}<think>\n\n</think>\n\n{% else %}<think>\n{% endif %}{% endmacro %}"
+    "{%- for m in messages %}{% if m.role == 'assistant' %}{{ head() }}{{ m.content }}<|im_end|>\n"
+    "{% else %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endif %}{% endfor %}"
+    "{%- if add_generation_prompt %}{{ head() }}{% endif %}";
 
 static void test_think_serve(void) {
     const char *m = t_data("models/stories260K.bin"), *z = t_data("models/tok512.bin");
@@ -258,11 +261,24 @@ static void test_think_serve(void) {
     cJSON *o = post_json_status(s.port, "/api/chat", "{\"model\": \"stories260K\", \"think\": \"deep\", \"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}]}", &status);
     T_CHECK(status == 400, "Ollama's think level must be low, medium or high: %d", status);
     cJSON_Delete(o);
+    /* /api/generate's context is the turn as it ran: the template saw the think level */
+    o = post_json_status(s.port, "/api/generate", "{\"model\": \"stories260K\", \"prompt\": \"Hi\", \"think\": \"high\", \"stream\": false, "
+                                                  "\"options\": {\"num_predict\": 2}}", &status);
+    char *ctx_ids = status == 200 ? cJSON_PrintUnformatted(cJSON_GetObjectItem(o, "context")) : NULL;
+    cJSON_Delete(o);
+    char dbody[8192];
+    snprintf(dbody, sizeof dbody, "{\"tokens\": %s}", ctx_ids ? ctx_ids : "[]");
+    o = post_json_status(s.port, "/detokenize", dbody, &status);
+    const char *ctx_text = cJSON_GetStringValue(cJSON_GetObjectItem(o, "content"));
+    T_CHECK(ctx_ids && ctx_text && strstr(ctx_text, "assistant\neffort=high\n<think>\n"), "the context's text: %s", ctx_text ? ctx_text : "");
+    cJSON_Delete(o);
+    free(ctx_ids);
     T_CHECK(server_stop_within(&s, 20) == 0, "the server did not exit 0");
 
     /* the server's default budget and message; a request's -1 lifts it */
     snprintf(args, sizeof args,
-             "--chat-template-file '%s' --jinja --kv-memory 16M --kv-disk-cache 0 --reasoning-budget 7 --reasoning-budget-message 'Time is up.'", file);
+             "--chat-template-file '%s' --jinja --kv-memory 16M --kv-disk-cache 0 --reasoning-budget 7 --reasoning-budget-message 'Time is up.' "
+             "--spec-tokens 4 --spec-lookup-min 1", file); /* (drafts change nothing: the same text as the first server's) */
     if (!server_spawn(&s, "think_budget", NULL, NULL, m, z, args, 30)) {
         T_CHECK(0, "the second server did not start");
         nv_tokenizer_free(tok);
@@ -277,6 +293,10 @@ static void test_think_serve(void) {
     snprintf(want, sizeof want, "%s%.*s", first_tokens(&plain, 7, first, sizeof first), nl ? (int)(nl - close.data) : 0, close.data ? close.data : "");
     T_CHECK(chat(s.port, "", 0, &a) && !strcmp(a.reasoning, want) && *a.content, "the server's budget: '%s', not '%s'", a.reasoning, want);
     T_CHECK(chat(s.port, "\"thinking_token_budget\": -1", 0, &a) && !strcmp(a.reasoning, plain.content), "no limit: '%s'", a.reasoning);
+    /* read as written, a JSON answer's grammar does not take the block: no budget writes into it */
+    T_CHECK(chat(s.port, "\"reasoning_format\": \"none\", \"thinking_token_budget\": 2, \"response_format\": {\"type\": \"json_object\"}", 0, &a) &&
+                !strstr(a.content, "Time is up") && !strstr(a.content, "think>") && !*a.reasoning,
+            "a grammar without the block: '%s'", a.content);
     nv_buf_free(&close);
     T_CHECK(server_stop_within(&s, 20) == 0, "the second server did not exit 0");
     nv_tokenizer_free(tok);

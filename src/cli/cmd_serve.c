@@ -544,8 +544,12 @@ int cli_serve_run(int argc, char **argv, const cli_serve_job *job) {
     if ((rc = cli_chat_template(CMD, model_path, template_name, template_file, run_jinja, &tmpl, &jinja, &jinja_text)) != 0) goto done;
     rc = 1;
     if (rerank_setup(model_path, tok, model.n_cls_head, rerank_tokens, rerank_file, rerank_instruction, &rerank)) goto done;
-    /* auto: a template that shows think blocks is a reasoning model's (DeepSeek-R1's, Qwen3's), its answers read so */
-    if (reasoning < 0) reasoning = tmpl == NV_CHAT_DEEPSEEK || (jinja_text && strstr(jinja_text, "<think>"));
+    /* auto: a template that shows think blocks is a reasoning model's (DeepSeek-R1's, Qwen3's), its answers
+       read so; not nerve's own forms (its ChatML shows Qwen3's switch, and a run trained on it does not think) */
+    nv_chat_template own_form;
+    if (reasoning < 0)
+        reasoning = tmpl == NV_CHAT_DEEPSEEK || (jinja_text && strstr(jinja_text, "<think>") &&
+                                                 !nv_chat_template_of_jinja(jinja_text, strlen(jinja_text), &own_form));
     if (nv_think_close_ids(tok, budget_message, &think_close, &n_think_close) != NV_OK) {
         cli_error(CMD, 1, "%s", nv_errmsg());
         goto done;

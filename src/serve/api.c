@@ -320,6 +320,15 @@ static int token_filters(const nv_api_ctx *ctx, const cJSON *root, nv_api_reques
     if (!rc && lens.n) {
         out->bad_tok = toks.v, out->bad_len = lens.v;
         out->req.bad_tok = toks.v, out->req.bad_len = lens.v, out->req.n_bad = lens.n;
+        int left = !out->req.n_allowed; /* an allowed token that no word of one token bans */
+        for (int i = 0; !left && i < out->req.n_allowed; i++) {
+            left = 1;
+            for (int k = 0, at = 0; left && k < lens.n; at += lens.v[k], k++) left = !(lens.v[k] == 1 && toks.v[at] == out->allowed[i]);
+        }
+        if (!left) {
+            nv_api_error_set(err, E400, NULL, "bad_words", "'bad_words' ban every token 'allowed_token_ids' allows");
+            return err->status;
+        }
         return 0;
     }
     free(toks.v);
@@ -972,8 +981,6 @@ static int parse_reasoning(const nv_api_ctx *ctx, const cJSON *root, nv_api_requ
     return 0;
 }
 
-/* OpenAI's reasoning_effort (the server's --reasoning-effort where not given): NULL for none, or the
- * level; 1 and a 400 in err when it is not one. */
 const char *nv_api_effort_level(const char *s) {
     static const char *const levels[] = {"none", "minimal", "low", "medium", "high", "xhigh"};
     for (size_t k = 0; s && k < sizeof levels / sizeof *levels; k++)
@@ -981,6 +988,8 @@ const char *nv_api_effort_level(const char *s) {
     return NULL;
 }
 
+/* OpenAI's reasoning_effort (the server's --reasoning-effort where not given) into *effort (NULL: none);
+ * a 400 in err when it is not a level. */
 static int reasoning_effort(const nv_api_ctx *ctx, const cJSON *root, const char **effort, nv_api_error *err) {
     const cJSON *v = nv_api_field(root, "reasoning_effort");
     *effort = ctx->reasoning_effort;
@@ -991,13 +1000,14 @@ static int reasoning_effort(const nv_api_ctx *ctx, const cJSON *root, const char
 }
 
 /* The rendering's options a chat request sets besides its tools: vLLM's chat_template_kwargs
- * ({"enable_thinking": false} turns Qwen3's reasoning off), reasoning_effort (a variable of the
- * template, as vLLM and llama.cpp pass it: gpt-oss's reads it; "none", and a budget of 0, also
- * turn thinking off unless the kwargs say otherwise) and continue_final_message (the last message,
- * an assistant's answer begun, is continued). *kw_made: the kwargs made here (deleted by the
- * caller after rendering). */
-static int chat_opts(const nv_api_ctx *ctx, const cJSON *root, const nv_api_messages *msgs, int think_budget, nv_chat_opts *o,
-                     cJSON **kw_made, nv_api_error *err) {
+ * ({"enable_thinking": false} turns Qwen3's reasoning off), reasoning_effort (the template's variable
+ * of that name, as vLLM and llama.cpp pass it: gpt-oss's reads it; a kwarg of that name wins) and
+ * continue_final_message (the last message, an assistant's answer begun, is continued). A request
+ * whose answer is read for reasoning (rq: its reasoning and budget) has thinking off (enable_thinking
+ * false) where the effort is "none" or "minimal" or the budget is 0, unless the kwargs'
+ * enable_thinking says otherwise. */
+static int chat_opts(const nv_api_ctx *ctx, const cJSON *root, const nv_api_messages *msgs, const nv_api_request *rq, nv_chat_opts *o,
+                     nv_api_error *err) {
     const cJSON *kw = nv_api_field(root, "chat_template_kwargs");
     const char *effort = NULL;
     int cont = 0, gen = 1, rc = 0;
@@ -1006,17 +1016,10 @@ static int chat_opts(const nv_api_ctx *ctx, const cJSON *root, const nv_api_mess
         return err->status;
     }
     if ((rc = reasoning_effort(ctx, root, &effort, err))) return rc;
-    int thinking = !(effort && !strcmp(effort, "none")) && think_budget != 0;
+    const char *shown = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(kw, "reasoning_effort"));
+    if (!shown) shown = effort;
+    int thinking = !rq->reasoning || (!(shown && (!strcmp(shown, "none") || !strcmp(shown, "minimal"))) && rq->req.think_budget != 0);
     if (kw && (rc = nv_api_get_bool(kw, "enable_thinking", &thinking, err))) return rc;
-    if ((effort && !cJSON_GetObjectItemCaseSensitive(kw, "reasoning_effort")) ||
-        (!thinking && !cJSON_GetObjectItemCaseSensitive(kw, "enable_thinking"))) { /* the template sees them as kwargs */
-        if (!(*kw_made = kw ? cJSON_Duplicate(kw, 1) : cJSON_CreateObject())) return nv_api_oom(err);
-        if (effort && !cJSON_GetObjectItemCaseSensitive(kw, "reasoning_effort") && !cJSON_AddStringToObject(*kw_made, "reasoning_effort", effort))
-            return nv_api_oom(err);
-        if (!thinking && !cJSON_GetObjectItemCaseSensitive(kw, "enable_thinking") && !cJSON_AddFalseToObject(*kw_made, "enable_thinking"))
-            return nv_api_oom(err);
-        kw = *kw_made;
-    }
     if ((rc = nv_api_get_bool(root, "continue_final_message", &cont, err))) return rc;
     if ((rc = nv_api_get_bool(root, "add_generation_prompt", &gen, err))) return rc; /* vLLM's and llama.cpp's */
     const nv_chat_msg *last = &msgs->m[msgs->n - 1];
@@ -1026,6 +1029,7 @@ static int chat_opts(const nv_api_ctx *ctx, const cJSON *root, const nv_api_mess
         return err->status;
     }
     o->no_think = !thinking;
+    o->effort = effort;
     o->continue_final = cont;
     o->no_gen_prompt = !gen;
     o->kwargs = kw;
@@ -1039,8 +1043,8 @@ static int parse_messages(const nv_api_ctx *ctx, const cJSON *root, nv_api_reque
     const nv_chat_msg *m = msgs.m;
     const int n = msgs.n;
     nv_chat_opts opts = {.tools = (const char *const *)out->tool_json, .n_tools = out->tools ? out->tools->n : 0, .jinja = ctx->jinja};
-    cJSON *kw_made = NULL;
-    rc = chat_opts(ctx, root, &msgs, out->req.think_budget, &opts, &kw_made, err);
+    rc = chat_opts(ctx, root, &msgs, out, &opts, err);
+    out->no_think = opts.no_think, out->effort = opts.effort; /* (Ollama's context renders the turn again) */
     nv_err e = NV_OK;
     if (!rc && (e = nv_chat_render_opts(ctx->tmpl, ctx->tok, m, n, &opts, &out->prompt_ids, &out->req.n_prompt)) != NV_OK) {
         template_error(e, err);
@@ -1051,7 +1055,6 @@ static int parse_messages(const nv_api_ctx *ctx, const cJSON *root, nv_api_reque
     }
     /* a generation prompt that opens the think block (DeepSeek-R1's later templates): the answer starts in it */
     if (!rc) out->req.think_open = nv_think_opened(ctx->tok, out->prompt_ids, out->req.n_prompt);
-    cJSON_Delete(kw_made);
     nv_api_messages_free(&msgs);
     return rc;
 }
@@ -1663,8 +1666,7 @@ int nv_api_apply_template(const nv_api_ctx *ctx, const char *body, size_t len, c
     }
     nv_chat_opts opts = {.jinja = ctx->jinja};
     nv_api_request as_chat = {0}; /* the prompt a chat request of this body is given */
-    cJSON *kw_made = NULL;
-    if (!(rc = parse_reasoning(ctx, root, &as_chat, err)) && !(rc = chat_opts(ctx, root, &msgs, as_chat.req.think_budget, &opts, &kw_made, err)))
+    if (!(rc = parse_reasoning(ctx, root, &as_chat, err)) && !(rc = chat_opts(ctx, root, &msgs, &as_chat, &opts, err)))
         rc = nv_api_tool_texts(nv_api_field(root, "tools"), nv_chat_tool_text_style(ctx->tmpl, ctx->jinja), &tools, &n_tools, err);
     opts.tools = (const char *const *)tools;
     opts.n_tools = n_tools;
@@ -1676,7 +1678,6 @@ int nv_api_apply_template(const nv_api_ctx *ctx, const char *body, size_t len, c
     }
     nv_api_tool_texts_free(tools, n_tools);
     nv_api_messages_free(&msgs);
-    cJSON_Delete(kw_made);
     cJSON_Delete(root);
     if (!rc) {
         cJSON *res = cJSON_CreateObject();
@@ -1804,7 +1805,6 @@ static void add_usage(cJSON *root, const nv_api_meta *m, int prompt_tokens, int 
 
 
 
-/* {"token", "logprob", "bytes"} of the chat shape (bytes: the piece's raw bytes). */
 /* A record's token as responses name it: its text, or with return_tokens_as_token_ids "token_id:N"
  * (vLLM's: texts that are not whole characters, or equal for two tokens, stay apart). */
 static const char *lp_name(const nv_api_meta *m, int prev, int tok, nv_buf *b) {
@@ -1814,6 +1814,7 @@ static const char *lp_name(const nv_api_meta *m, int prev, int tok, nv_buf *b) {
     return b->data ? b->data : "";
 }
 
+/* {"token", "logprob", "bytes"} of the chat shape (bytes: the piece's raw bytes). */
 static cJSON *chat_token(const nv_api_meta *m, int prev, int tok, float logprob, nv_buf *b) {
     cJSON *o = cJSON_CreateObject();
     nv_api_token_fields(o, m->lp_tok, prev, tok, b);

@@ -68,6 +68,8 @@ typedef struct {
     int chat, stream, include_usage, echo;
     int reasoning; /* chat: the answer's leading think block goes to reasoning_content (req.think_open: the prompt opened it) */
     int lp_ids;    /* vLLM's return_tokens_as_token_ids */
+    int no_think;  /* chat: the prompt was rendered with thinking off (nv_chat_opts') */
+    const char *effort; /* chat: its reasoning effort (a static level name, nv_api_effort_level's), or NULL */
     int n; /* choices per prompt: that many sequences from each prompt */
     /* completions: prompts after the first (a list of several); prompts x n <= NV_MAX_CHOICES */
     int n_more;

@@ -660,7 +660,8 @@ static cJSON *jinja_vars(const nv_tokenizer *tok, const nv_chat_msg *m, int n, c
     cJSON_AddStringToObject(v, "eos_token", e >= 0 ? nv_tokenizer_special_text(tok, e) : "");
     cJSON_AddBoolToObject(v, "add_generation_prompt", gen_prompt);
     if (o->no_think) cJSON_AddFalseToObject(v, "enable_thinking");
-    static const char *const ours[] = {"tools", "bos_token", "eos_token", "add_generation_prompt", "enable_thinking"};
+    if (o->effort) cJSON_AddStringToObject(v, "reasoning_effort", o->effort);
+    static const char *const ours[] = {"tools", "bos_token", "eos_token", "add_generation_prompt", "enable_thinking", "reasoning_effort"};
     for (const cJSON *k = o->kwargs ? o->kwargs->child : NULL; k; k = k->next) {
         if (!k->string || !strcmp(k->string, "messages")) continue;
         for (size_t i = 0; i < sizeof ours / sizeof *ours; i++) /* a kwarg takes the place of one of ours */

@@ -111,6 +111,7 @@ typedef struct {
      * content. A template's error (raise_exception among them) is NV_EINVAL with its message. */
     const nv_jinja *jinja;
     const struct cJSON *kwargs;
+    const char *effort; /* a template run as Jinja sees it as reasoning_effort (a kwarg of that name wins); NULL: undefined */
 } nv_chat_opts;
 
 /* The tool calls' wire format of a template. */

@@ -158,15 +158,12 @@ static int translate(const cJSON *in, cJSON *out, int chat, int reasoning, nv_ol
     if (stream && !cJSON_IsBool(stream)) return nv_api_bad(err, "stream: must be a boolean");
     cJSON_AddBoolToObject(out, "stream", !cJSON_IsFalse(stream)); /* Ollama streams unless told not to */
     const cJSON *think = nv_api_field(in, "think");
-    if (think && !cJSON_IsBool(think) && !cJSON_IsString(think))
+    if (think && !cJSON_IsBool(think) &&
+        !(cJSON_IsString(think) && (!strcmp(think->valuestring, "low") || !strcmp(think->valuestring, "medium") || !strcmp(think->valuestring, "high"))))
         return nv_api_bad(err, "think: must be a boolean (or \"low\", \"medium\", \"high\")");
     if (reasoning && cJSON_IsFalse(think)) /* Qwen3's switch */
         cJSON_AddBoolToObject(cJSON_AddObjectToObject(out, "chat_template_kwargs"), "enable_thinking", 0);
-    if (cJSON_IsString(think)) { /* gpt-oss's levels: the template's reasoning_effort */
-        if (strcmp(think->valuestring, "low") && strcmp(think->valuestring, "medium") && strcmp(think->valuestring, "high"))
-            return nv_api_bad(err, "think: must be a boolean (or \"low\", \"medium\", \"high\")");
-        cJSON_AddStringToObject(out, "reasoning_effort", think->valuestring);
-    }
+    if (cJSON_IsString(think)) cJSON_AddStringToObject(out, "reasoning_effort", think->valuestring); /* gpt-oss's levels: the template's */
     int rc;
     if ((rc = refuse_unless_empty(in, "images", "this server's models read text, not images", err)) ||
         (rc = refuse_unless_empty(in, "template", "the model's chat template is the server's (--chat-template)", err)) ||
@@ -219,10 +216,9 @@ static int translate(const cJSON *in, cJSON *out, int chat, int reasoning, nv_ol
 
 /* generate through the template: its context's ids (checked against the vocabulary), and what its
    answer's context is rendered from. */
-static int keep_turn(const nv_api_ctx *ctx, const cJSON *in, const cJSON *q, nv_olla_meta *m, nv_api_error *err) {
-    const cJSON *system = nv_api_field(in, "system"), *kw = nv_api_field(q, "chat_template_kwargs");
+static int keep_turn(const nv_api_ctx *ctx, const cJSON *in, nv_olla_meta *m, nv_api_error *err) {
+    const cJSON *system = nv_api_field(in, "system");
     m->ctx = ctx;
-    m->no_think = kw && cJSON_IsFalse(nv_api_field(kw, "enable_thinking"));
     if (!(m->prompt = strdup(nv_api_field(in, "prompt")->valuestring)) ||
         (system && system->valuestring[0] && !(m->system = strdup(system->valuestring))))
         return nv_api_oom(err);
@@ -272,7 +268,7 @@ int nv_olla_parse(const nv_api_ctx *ctx, const char *body, size_t len, int chat,
         rc = nv_api_bad(err, "options.num_keep: must be an integer >= 0");
     const int keep = nk && !rc ? (int)nk->valuedouble : 4;
     /* through the template: the OpenAI request's messages stand for it */
-    if (!rc && !empty && !chat && nv_api_field(q, "messages")) rc = keep_turn(ctx, in, q, meta, err);
+    if (!rc && !empty && !chat && nv_api_field(q, "messages")) rc = keep_turn(ctx, in, meta, err);
     cJSON_Delete(in);
     if (!rc && empty) { /* the model must still be one this server has */
         char id[NV_API_MODEL_ID + 8];
@@ -286,6 +282,7 @@ int nv_olla_parse(const nv_api_ctx *ctx, const char *body, size_t len, int chat,
                                  .n_prefix = meta->n_context, .truncate = 1, .keep = keep};
     /* translate() wrote a prompt (raw, or a suffix to fill in before) for a completions request, else messages */
     if (!rc) rc = nv_api_parse_json(ctx, !nv_api_field(q, "prompt"), q, &o, out, err);
+    meta->no_think = out->no_think, meta->effort = out->effort; /* the context renders the turn as it ran */
     cJSON_Delete(q);
     if (rc == 404) not_found(err, meta->model);
     if (rc) nv_olla_meta_free(meta);
@@ -417,7 +414,7 @@ static int add_context(cJSON *o, const nv_olla_meta *m, const char *answer) {
     if (m->system) msgs[n++] = (nv_chat_msg){.role = "system", .content = m->system};
     msgs[n++] = (nv_chat_msg){.role = "user", .content = m->prompt};
     msgs[n++] = (nv_chat_msg){.role = "assistant", .content = answer ? answer : ""};
-    const nv_chat_opts opts = {.no_think = m->no_think, .jinja = m->ctx->jinja};
+    const nv_chat_opts opts = {.no_think = m->no_think, .effort = m->effort, .jinja = m->ctx->jinja};
     int *ids = NULL, k = 0;
     if (nv_chat_render_history(m->ctx->tmpl, m->ctx->tok, msgs, n, &opts, &ids, &k) != NV_OK) {
         nv_warn("serve: /api/generate: no context for the answer: %s", nv_errmsg());

@@ -50,7 +50,8 @@ typedef struct {
        otherwise). context: the ids the request came with; system may be NULL. */
     const nv_api_ctx *ctx;
     char *system, *prompt;
-    int no_think;
+    int no_think;       /* the prompt's thinking switch and effort, as the request was rendered */
+    const char *effort;
     int *context, n_context;
     nv_buf streamed; /* a stream's content so far (the context needs the whole answer) */
 } nv_olla_meta;

@@ -451,10 +451,11 @@ static int translate(const cJSON *in, translate_args *a, cJSON *out, nv_api_erro
     if (md && !cJSON_IsObject(md)) return bad(err, NULL, "metadata", "'metadata' must be an object");
     const cJSON *r = nv_api_field(in, "reasoning");
     if (r && !cJSON_IsObject(r)) return bad(err, NULL, "reasoning", "'reasoning' must be an object {\"effort\": ...}");
-    const char *effort = cJSON_GetStringValue(nv_api_field(r, "effort"));
-    if (a->reasoning && effort && (!strcmp(effort, "none") || !strcmp(effort, "minimal"))) /* Qwen3's switch */
-        cJSON_AddBoolToObject(cJSON_AddObjectToObject(out, "chat_template_kwargs"), "enable_thinking", 0);
-    if (effort) cJSON_AddStringToObject(out, "reasoning_effort", effort); /* the template's variable, as chat's */
+    const cJSON *effort = nv_api_field(r, "effort");
+    if (effort && !nv_api_effort_level(cJSON_GetStringValue(effort)))
+        return bad(err, NULL, "reasoning.effort", "'reasoning.effort' must be one of none, minimal, low, medium, high, xhigh");
+    /* chat's reasoning_effort: the template's variable; none and minimal turn thinking off (Qwen3's switch) */
+    if (effort) cJSON_AddStringToObject(out, "reasoning_effort", effort->valuestring);
     int rc;
     if ((rc = translate_tools(in, out, err)) || (rc = translate_format(in, out, err))) return rc;
     cJSON *own = NULL, *context = NULL;

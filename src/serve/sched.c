@@ -334,8 +334,11 @@ nv_err nv_req_create(nv_req **out, const nv_req_params *p) {
             e = nv_fail(NV_EINVAL, "request: the scored token %d is outside the vocabulary", p->score_tok[i]);
     if (e == NV_OK) memcpy(r->score_tok, p->score_tok, sizeof r->score_tok), r->n_score = p->n_score;
     if (e == NV_OK && p->grammar) e = nv_gsampler_init(&r->gs, p->grammar, p->vocab_size);
-    /* the prompt opened the block: a grammar allowing one is fed its opening (one without it refuses it, and stays) */
-    if (e == NV_OK && p->grammar && p->think_open && nv_gmatch_feed(r->gs.m, "<think>", 7) < 0) e = nv_fail(NV_ENOMEM, "request: out of memory");
+    /* the prompt opened the block: a grammar allowing one is fed its opening; one without it refuses it,
+       and stays: the answer is then the grammar's from its first token, no block for a budget to close */
+    int grammar_thinks = 1;
+    if (e == NV_OK && p->grammar && p->think_open && (grammar_thinks = nv_gmatch_feed(r->gs.m, "<think>", 7)) < 0)
+        e = nv_fail(NV_ENOMEM, "request: out of memory");
     if (e == NV_OK && p->lazy_grammar && !p->grammar &&
         (e = nv_glazy_init(&r->lazy, p->lazy_grammar, p->lazy_trigger, p->lazy_at_start)) == NV_OK) {
         r->lazy.think = p->lazy_think;
@@ -343,7 +346,7 @@ nv_err nv_req_create(nv_req **out, const nv_req_params *p) {
     }
     r->lazy_ends = p->lazy_ends;
     r->think_budget = p->think_budget >= 0 && p->n_think_close > 0 ? p->think_budget : -1;
-    r->thk.state = p->think_open ? NV_THINK_IN : NV_THINK_UNDECIDED;
+    r->thk.state = p->think_open ? (grammar_thinks ? NV_THINK_IN : NV_THINK_PAST) : NV_THINK_UNDECIDED;
     r->force_at = -1;
     for (int i = 0; e == NV_OK && r->think_budget >= 0 && i < p->n_think_close; i++)
         if (p->think_close[i] < 0 || p->think_close[i] >= p->vocab_size)
@@ -363,15 +366,15 @@ nv_err nv_req_create(nv_req **out, const nv_req_params *p) {
     }
     if (e == NV_OK && p->n_bad > 0) {
         size_t total = 0;
-        for (int k = 0; k < p->n_bad; k++) total += p->bad_len[k] > 0 ? (size_t)p->bad_len[k] : 0;
-        r->bad_tok = malloc(total * sizeof(int) + 1);
-        r->bad_len = malloc((size_t)p->n_bad * sizeof(int));
-        r->bad_hist = malloc(((size_t)p->max_tokens + NV_MAX_SPEC + 1) * sizeof(int));
-        if (!r->bad_tok || !r->bad_len || !r->bad_hist) e = nv_fail(NV_ENOMEM, "request: out of memory");
-        for (size_t i = 0; e == NV_OK && i < total; i++)
-            if (p->bad_tok[i] < 0 || p->bad_tok[i] >= p->vocab_size) e = nv_fail(NV_EINVAL, "request: a bad word's token %d is outside the vocabulary", p->bad_tok[i]);
         for (int k = 0; e == NV_OK && k < p->n_bad; k++)
             if (p->bad_len[k] < 1) e = nv_fail(NV_EINVAL, "request: a bad word of no tokens");
+            else total += (size_t)p->bad_len[k];
+        for (size_t i = 0; e == NV_OK && i < total; i++)
+            if (p->bad_tok[i] < 0 || p->bad_tok[i] >= p->vocab_size) e = nv_fail(NV_EINVAL, "request: a bad word's token %d is outside the vocabulary", p->bad_tok[i]);
+        /* the answer's tokens: one step samples at most what max_tokens leaves, drafts included */
+        if (e == NV_OK && (!(r->bad_tok = malloc(total * sizeof(int))) || !(r->bad_len = malloc((size_t)p->n_bad * sizeof(int))) ||
+                           !(r->bad_hist = malloc(((size_t)p->max_tokens + NV_MAX_SPEC + 1) * sizeof(int)))))
+            e = nv_fail(NV_ENOMEM, "request: out of memory");
         if (e == NV_OK) {
             memcpy(r->bad_tok, p->bad_tok, total * sizeof(int));
             memcpy(r->bad_len, p->bad_len, (size_t)p->n_bad * sizeof(int));
@@ -1523,22 +1526,37 @@ static void lazy_step(nv_sched *s, nv_req *r, int prev, int tok) {
 }
 
 /* allowed_token_ids and bad_words on a row's logits: every token outside the allowed ones, and each
- * bad word's last token where the answer so far ends with the rest of it, gets -inf. */
-static void token_filters(const nv_sched *s, const nv_req *r, float *logits) {
+ * bad word's last token where the answer so far ends with the rest of it, gets -inf. 0 when no token
+ * is left (with min_tokens' end tokens gone too): nothing can be sampled. */
+static int token_filters(const nv_sched *s, const nv_req *r, float *logits) {
+    const int n = s->model->config.vocab_size;
     if (r->allowed)
-        for (int v = 0; v < s->model->config.vocab_size; v++)
+        for (int v = 0; v < n; v++)
             if (!r->allowed[v]) logits[v] = -INFINITY;
     for (int k = 0, at = 0; k < r->n_bad; at += r->bad_len[k], k++) {
         const int *w = r->bad_tok + at, m = r->bad_len[k] - 1; /* the rest: its first m tokens */
         if (m <= r->n_hist && !memcmp(r->bad_hist + r->n_hist - m, w, (size_t)m * sizeof(int))) logits[w[m]] = -INFINITY;
     }
+    if (!r->allowed && !r->n_bad) return 1;
+    for (int v = 0; v < n; v++)
+        if (logits[v] > -INFINITY) return 1;
+    return 0;
 }
 
-/* A reasoning budget before a row is sampled: forcing begins once the block has spent its tokens
- * (and its text ends on a whole character). */
-static void think_check(nv_req *r) {
-    if (r->force_at < 0 && r->think_budget >= 0 && r->thk.state == NV_THINK_IN && r->think_n >= r->think_budget && !r->think_u8)
-        r->force_at = 0;
+/* A reasoning budget before a row is sampled (prev: the answer's last token): forcing begins once the
+ * block has spent its tokens (and its text ends on a whole character), where the request's grammar,
+ * if any, takes the whole closing; one that does not keeps its own way (the budget is dropped). */
+static void think_check(const nv_sched *s, nv_req *r, int prev) {
+    if (r->force_at >= 0 || r->think_budget < 0 || r->thk.state != NV_THINK_IN || r->think_n < r->think_budget || r->think_u8) return;
+    int takes = 1;
+    if (r->gs.m) {
+        nv_buf text = {0};
+        for (int i = 0; i < r->n_think_close; i++) nv_buf_puts(&text, nv_tokenizer_decode(s->tok, i ? r->think_close[i - 1] : prev, r->think_close[i]));
+        takes = !text.oom && nv_gmatch_try(r->gs.m, text.data ? text.data : "", text.len) == 1;
+        nv_buf_free(&text);
+    }
+    if (takes) r->force_at = 0;
+    else r->think_budget = -1;
 }
 
 /* The think block after token tok (following prev), for the budget: the tokens spent inside it, and
@@ -1560,7 +1578,7 @@ static void think_step(nv_sched *s, nv_req *r, int prev, int tok) {
     r->think_n += was_in && r->thk.state == NV_THINK_IN;
     for (size_t i = 0; i < n; i++) { /* continuation bytes still owed to the last character */
         const unsigned char b = (unsigned char)piece[i];
-        r->think_u8 = b < 0x80 ? 0 : b < 0xC0 ? (r->think_u8 ? r->think_u8 - 1 : 0) : b < 0xE0 ? 1 : b < 0xF0 ? 2 : b < 0xF8 ? 3 : 0;
+        r->think_u8 = (b & 0xC0) == 0x80 ? (r->think_u8 ? r->think_u8 - 1 : 0) : utf8_need(b) > 0 ? utf8_need(b) - 1 : 0;
     }
 }
 
@@ -1595,14 +1613,15 @@ static void sample_rows(nv_sched *s, int i) {
             for (int e = 0; e < s->n_eog; e++) logits[s->eog_ids[e]] = -INFINITY;
             for (int e = 0; e < r->n_stop_ids; e++) logits[r->stop_ids[e]] = -INFINITY;
         }
-        token_filters(s, r, logits);
-        think_check(r);
-        if (r->force_at >= 0 && r->gs.m && !nv_gmatch_allows(r->gs.m, s->tok, prev, r->think_close[r->force_at]))
-            r->force_at = r->think_budget = -1; /* a grammar that refuses the closing keeps its own way */
+        const int left = token_filters(s, r, logits);
+        think_check(s, r, prev);
         int tok;
         if (r->force_at >= 0) { /* the budget is spent: the block's closing, whatever the logits say */
             tok = r->think_close[r->force_at];
-            if (r->gs.m) nv_gmatch_accept(r->gs.m, s->tok, prev, tok);
+            if (r->gs.m && nv_gmatch_accept(r->gs.m, s->tok, prev, tok) <= 0) tok = -1; /* (out of memory) */
+        } else if (!left) {
+            nv_log(NV_LOG_WARN, "serve: allowed_token_ids, bad_words and min_tokens leave no token to sample; the request fails");
+            tok = -1;
         } else {
             tok = r->gs.m ? sample_in_grammar(s, r, prev, logits) : nv_sample(&r->sampler, logits);
         }
