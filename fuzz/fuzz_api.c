@@ -380,14 +380,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                       .seq_len = FZ_SEQ_LEN,
                       .vocab_size = FZ_VOCAB,
                       .capacity = FZ_CAPACITY,
-                      .dim = 64};
+                      .dim = 64,
+                      /* a reasoning server's: every request's budget and effort parsed through */
+                      .reasoning = 1,
+                      .think_budget = -1,
+                      .think_close = (const int[]){13, 2},
+                      .n_think_close = 2,
+                      .priority_sched = 1};
     /* a template run as Jinja (serve --chat-template-file): the request's messages, calls, tools and
        chat_template_kwargs all reach it */
     static nv_jinja *prog;
     if (!prog) {
         static const char t[] = "{{ bos_token }}{% for m in messages %}<{{ m.role }}>{{ m.content }}{% for c in m.tool_calls or [] %}"
                                 "[{{ c.function.name }} {{ c.function.arguments | tojson }}]{% endfor %}{% endfor %}{{ tools | tojson }}"
-                                "{{ extra | default('') }}{% if add_generation_prompt %}<assistant>{% endif %}";
+                                "{{ extra | default('') }}{{ reasoning_effort | default('') }}{% if add_generation_prompt %}<assistant>{% endif %}";
         FZ_CHECK(nv_jinja_parse(t, sizeof t - 1, &prog) == NV_OK, "the harness's template: %s", nv_errmsg());
     }
     const nv_chat_template passes[] = {NV_CHAT_PLAIN, NV_CHAT_PLAIN, NV_CHAT_CHATML, NV_CHAT_LLAMA2, NV_CHAT_PLAIN};

@@ -99,6 +99,35 @@ static void copy_usage(result *out, const cJSON *root) {
 }
 
 /* POSTs body to the endpoint and collects text, finish reason and usage (streamed or not). */
+static int complete(int port, int chat, const char *headers, const char *body, result *out);
+
+/* A completion with logprobs: 1 when its records' tokens, in order, spell its text and each record's
+ * text_offset is where its token begins. */
+static int records_spell_text(int port, const char *body) {
+    resp r;
+    if (!http(port, "POST", "/v1/completions", NULL, body, &r) || r.status != 200) {
+        fprintf(stderr, "    %d %s\n", r.status, r.body ? r.body : "");
+        resp_free(&r);
+        return 0;
+    }
+    cJSON *j = cJSON_Parse(r.body);
+    const cJSON *ch = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), 0), *lp = cJSON_GetObjectItem(ch, "logprobs");
+    const char *text = cJSON_GetStringValue(cJSON_GetObjectItem(ch, "text"));
+    const cJSON *toks = cJSON_GetObjectItem(lp, "tokens"), *offs = cJSON_GetObjectItem(lp, "text_offset");
+    nv_buf spelled = {0};
+    int ok = text && cJSON_GetArraySize(toks) == cJSON_GetArraySize(offs) && cJSON_GetArraySize(toks) > 0;
+    for (int i = 0; ok && i < cJSON_GetArraySize(toks); i++) {
+        ok = cJSON_GetArrayItem(offs, i)->valueint == (int)spelled.len;
+        nv_buf_puts(&spelled, cJSON_GetStringValue(cJSON_GetArrayItem(toks, i)));
+    }
+    ok = ok && spelled.data && !strcmp(spelled.data, text);
+    if (!ok) fprintf(stderr, "    the records spell '%s', the text is '%s'\n", spelled.data ? spelled.data : "", text ? text : "");
+    nv_buf_free(&spelled);
+    cJSON_Delete(j);
+    resp_free(&r);
+    return ok;
+}
+
 static int complete(int port, int chat, const char *headers, const char *body, result *out) {
     memset(out, 0, sizeof *out);
     resp r;
@@ -345,7 +374,9 @@ static void test_stop_strings_and_sampling(void) {
                                               "\"allowed_token_ids\":3", "\"bad_words\":[\" \"]", "\"bad_words\":\"girl\"", "\"bad_words\":[1]",
                                               "\"stop_token_ids\":[-1]", "\"stop_token_ids\":7", "\"include_stop_str_in_output\":1",
                                               "\"skip_special_tokens\":\"no\"", "\"truncate_prompt_tokens\":0", "\"truncate_prompt_tokens\":2,\"echo\":true",
-                                              "\"priority\":1.5", "\"allowed_token_ids\":[383],\"bad_words\":[\"there\"]"};
+                                              "\"priority\":1.5", "\"priority\":3", "\"allowed_token_ids\":[383],\"bad_words\":[\"there\"]",
+                                              "\"allowed_token_ids\":[2],\"min_tokens\":1", "\"truncate_prompt_tokens\":100000",
+                                              "\"truncate_prompt_tokens\":3,\"suffix\":\"x\""};
     for (size_t i = 0; i < sizeof bad_filters / sizeof *bad_filters; i++) {
         result e;
         snprintf(body, sizeof body, "{\"prompt\":\"Once\",\"max_tokens\":2,%s}", bad_filters[i]);
@@ -385,6 +416,7 @@ static void test_stop_strings_and_sampling(void) {
         complete(port, 0, NULL, body, &held);
         T_CHECK(held.status == 200 && held.completion_tokens == 12 && !strstr(held.text, " was"), "min_tokens holds a stop token off: '%s'", held.text);
     }
+    const int was_id = n_was == 1 ? was[0] : -1;
     free(was);
     complete(port, 0, NULL, "{\"prompt\":\"Once upon a time\",\"max_tokens\":400,\"temperature\":0,\"ignore_eos\":true,\"skip_special_tokens\":false}", &special);
     const char *bos_text = nv_tokenizer_special_text(t_tok, nv_tokenizer_bos(t_tok));
@@ -400,6 +432,15 @@ static void test_stop_strings_and_sampling(void) {
                 "truncate_prompt_tokens 3: %d tokens, '%s' against '%s'", trunc.prompt_tokens, trunc.text, by_ids.text);
     }
     free(p_ids);
+    /* the log-probability records spell the answer whatever it keeps: a control token's text, a kept stop token */
+    if (was_id >= 0) {
+        snprintf(body, sizeof body, "{\"prompt\":\"Once upon a time\",\"max_tokens\":400,\"temperature\":0,\"ignore_eos\":true,"
+                                    "\"skip_special_tokens\":false,\"logprobs\":0}");
+        T_CHECK(records_spell_text(port, body), "skip_special_tokens false with logprobs");
+        snprintf(body, sizeof body, "{\"prompt\":\"Once upon a time\",\"max_tokens\":40,\"temperature\":0,\"stop_token_ids\":[%d],"
+                                    "\"include_stop_str_in_output\":true,\"logprobs\":0}", was_id);
+        T_CHECK(records_spell_text(port, body), "include_stop_str_in_output with logprobs");
+    }
     complete(port, 0, NULL, "{\"prompt\":\"Once upon a time\",\"max_tokens\":60,\"temperature\":0}", &plain);
     complete(port, 0, NULL, "{\"prompt\":\"Once upon a time\",\"max_tokens\":60,\"temperature\":0,\"frequency_penalty\":2}", &pen);
     complete(port, 0, NULL,
@@ -2215,7 +2256,7 @@ static void *run_priority_job(void *arg) {
 
 static void test_priority_order(void) {
     server s;
-    if (!server_start(&s, "priority", "--kv-memory 30K --max-batch 1 --max-queue 4", "NERVE_TEST_STEP_DELAY_MS=40")) {
+    if (!server_start(&s, "priority", "--kv-memory 30K --max-batch 1 --max-queue 4 --scheduling-policy priority", "NERVE_TEST_STEP_DELAY_MS=40")) {
         T_CHECK(0, "server did not start");
         return;
     }
@@ -2233,6 +2274,13 @@ static void test_priority_order(void) {
     pthread_join(t_sooner, NULL);
     T_CHECK(later.status == 200 && sooner.status == 200 && sooner.t_done < later.t_done,
             "priority -5 (arrived second) done at %.3f, priority 0 at %.3f", sooner.t_done, later.t_done);
+    /* truncate_prompt_tokens -1: a prompt past this pool's 48 positions keeps what it holds */
+    char body[1200] = "{\"prompt\":\"";
+    for (int i = 0; i < 60; i++) strcat(body, "dog ");
+    strcat(body, "\",\"max_tokens\":1,\"truncate_prompt_tokens\":-1}");
+    result cut;
+    complete(port, 0, NULL, body, &cut);
+    T_CHECK(cut.status == 200 && cut.prompt_tokens == 48, "truncate_prompt_tokens -1: %d, %d prompt tokens", cut.status, cut.prompt_tokens);
     T_CHECK(server_stop(&s) == 0, "server did not exit 0");
 }
 

@@ -56,7 +56,7 @@ static void usage(FILE *f) {
             "                   [--engine E] [--threads N] [--api-key KEY | --api-key-file F] [--cors] [--ssl-key-file F --ssl-cert-file F]\n"
             "                   [--chat-template plain|chatml|llama2|llama3|deepseek|phi3|gemma|granite|mistral|phi4-mini|phi4|olmo2|smollm3 |\n"
             "                    --chat-template-file F] [--jinja] [--reasoning-format auto|none|deepseek]\n"
-            "                   [--reasoning-budget N] [--reasoning-budget-message TEXT] [--reasoning-effort LEVEL]\n"
+            "                   [--reasoning-budget N] [--reasoning-budget-message TEXT] [--reasoning-effort LEVEL] [--scheduling-policy fcfs|priority]\n"
             "                   [--rerank-tokens YES[,NO]] [--rerank-template F] [--rerank-instruction TEXT]\n"
             "                   [--max-batch N] [--prefill-chunk N] [--spec-tokens N] [--spec-lookup-min N] [--spec-lookup-max N]\n"
             "                   [--prediction-tokens N]\n"
@@ -126,6 +126,9 @@ static void usage(FILE *f) {
             "                       what the closing forced at the budget begins with (default: nothing)\n"
             "  --reasoning-effort L the chat template's reasoning_effort where a request gives none (none, minimal, low,\n"
             "                       medium, high, xhigh; 'none' also turns thinking off)\n"
+            "  --scheduling-policy P\n"
+            "                       fcfs (default: requests wait in arrival order; a non-zero priority is a 400) or\n"
+            "                       priority (a request's priority orders the queue, lower first, as vLLM's)\n"
             "  --max-batch N        sequences decoded together per step (default 16)\n"
             "  --prefill-chunk N    prompt tokens per step, shared by sequences in prefill (default 512)\n"
             "  --spec-tokens N      speculative decoding by prompt lookup: up to N tokens (<= 16) that followed an\n"
@@ -325,7 +328,7 @@ int cli_serve_run(int argc, char **argv, const cli_serve_job *job) {
     const char *given_keys[MAX_API_KEYS], *api_keys[MAX_API_KEYS];
     int n_given_keys = 0, n_api_keys = 0;
     int reasoning = -1; /* auto: deepseek for a template that shows think blocks, else none */
-    int think_budget = -1, *think_close = NULL, n_think_close = 0;
+    int think_budget = -1, *think_close = NULL, n_think_close = 0, priority_sched = 0;
     const char *budget_message = NULL, *reasoning_effort = NULL;
     int port = 8000, threads = 0, cors = 0, webui = 1, max_batch = 16, prefill_chunk = 512, max_queue = 64, kv_block = 16;
     int pred_tokens = NV_MAX_SPEC;
@@ -404,6 +407,10 @@ int cli_serve_run(int argc, char **argv, const cli_serve_job *job) {
         }
         else if (!strcmp(a, "--reasoning-budget")) { if (!cli_int(CMD, a, v, -1, 1000000000, &think_budget)) return 2; }
         else if (!strcmp(a, "--reasoning-budget-message")) budget_message = v;
+        else if (!strcmp(a, "--scheduling-policy")) {
+            if (strcmp(v, "fcfs") && strcmp(v, "priority")) return cli_error(CMD, 2, "--scheduling-policy takes fcfs or priority, not '%s'", v);
+            priority_sched = !strcmp(v, "priority");
+        }
         else if (!strcmp(a, "--reasoning-effort")) {
             if (!(reasoning_effort = nv_api_effort_level(v))) return cli_error(CMD, 2, "--reasoning-effort takes none, minimal, low, medium, high or xhigh, not '%s'", v);
         }
@@ -636,6 +643,7 @@ int cli_serve_run(int argc, char **argv, const cli_serve_job *job) {
                       .think_close = think_close,
                       .n_think_close = n_think_close,
                       .reasoning_effort = reasoning_effort,
+                      .priority_sched = priority_sched,
                       .seq_len = c->seq_len,
                       .vocab_size = c->vocab_size,
                       .dim = c->dim,

@@ -62,18 +62,20 @@ void nv_think_feed(nv_think *t, const char *s, size_t n, int final, nv_buf *reas
 void nv_think_free(nv_think *t) { nv_buf_free(&t->hold); }
 
 int nv_think_opened(const nv_tokenizer *tok, const int *ids, int n) {
-    /* the last 16 tokens' text is plenty: "<think>" is one to seven tokens, the white space after it a few */
-    char text[16 * 64 + 1];
-    size_t len = 0;
-    for (int i = n > 16 ? n - 16 : 0; i < n; i++) {
+    /* backwards from the end: white space of any length passed over, then the last 7 bytes before it
+       (64 tokens back at most: "<think>" is one to seven of them) */
+    static const char tag[] = "<think>";
+    char tail[sizeof tag - 1];
+    size_t have = 0;
+    for (int i = n - 1; i >= 0 && i >= n - 64 && have < sizeof tail; i--) {
         const char *piece = nv_tokenizer_decode(tok, i ? ids[i - 1] : -1, ids[i]);
-        size_t k = piece ? strlen(piece) : 0;
-        if (k > 64) piece += k - 64, k = 64, len = 0; /* a long piece: what precedes it cannot end the text */
-        if (k) memcpy(text + len, piece, k);
-        len += k;
+        for (size_t k = piece ? strlen(piece) : 0; k > 0 && have < sizeof tail; k--) {
+            const char c = piece[k - 1];
+            if (!have && (c == ' ' || c == '\n' || c == '\r' || c == '\t')) continue;
+            tail[sizeof tail - 1 - have++] = c;
+        }
     }
-    while (len && (text[len - 1] == ' ' || text[len - 1] == '\n' || text[len - 1] == '\r' || text[len - 1] == '\t')) len--;
-    return len >= 7 && !memcmp(text + len - 7, "<think>", 7);
+    return have == sizeof tail && !memcmp(tail, tag, sizeof tail);
 }
 
 nv_err nv_think_close_ids(const nv_tokenizer *tok, const char *message, int **ids, int *n) {

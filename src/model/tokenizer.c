@@ -665,6 +665,13 @@ const char *nv_tokenizer_special_text(const nv_tokenizer *t, int id) {
     return p;
 }
 
+const char *nv_tokenizer_answer_piece(const nv_tokenizer *t, int prev_token, int token, int special) {
+    const char *p = token == t->bos || nv_tokenizer_is_eog(t, token) ? "" : nv_tokenizer_decode(t, prev_token, token);
+    if (!p) return "";
+    const char *own = special && !*p ? nv_tokenizer_special_text(t, token) : NULL;
+    return own ? own : p;
+}
+
 int nv_tokenizer_show(nv_tokenizer *t, const char *text) {
     const int id = nv_tokenizer_lookup(t, text);
     if (id < 0 || !t->type || t->type[id] != 3 || nv_tokenizer_is_eog(t, id) || id == t->bos) return -1;

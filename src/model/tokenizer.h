@@ -140,6 +140,10 @@ nv_err nv_ids_push(nv_ids *l, const int *ids, int n);
 nv_err nv_tokenizer_encode_into(const nv_tokenizer *t, const char *text, int bos, int eos, nv_ids *l);
 /* Text to print for token following prev_token; NULL if token is out of range. */
 const char *nv_tokenizer_decode(const nv_tokenizer *t, int prev_token, int token);
+/* token's text in a generated answer (or an echoed prompt): nv_tokenizer_decode's, but BOS and the
+ * end-of-generation tokens give nothing; with special (vLLM's skip_special_tokens false) a token that
+ * gives nothing gives its own text instead (nv_tokenizer_special_text's: "<|im_end|>", "</s>"). */
+const char *nv_tokenizer_answer_piece(const nv_tokenizer *t, int prev_token, int token, int special);
 /* mask[id] = 1 for every token whose text (nv_tokenizer_decode's) contains one of the n strings
  * (empty ones match nothing); others are left as they are. mask has the vocabulary's size. */
 void nv_tokenizer_mark_containing(const nv_tokenizer *t, const char *const *strs, int n, unsigned char *mask);

@@ -283,6 +283,10 @@ static int token_filters(const nv_api_ctx *ctx, const cJSON *root, nv_api_reques
     long long priority = 0;
     int given;
     if ((rc0 = get_int(root, "priority", -1e9, 1e9, &priority, &given, err))) return rc0;
+    if (priority && !ctx->priority_sched) { /* (vLLM's answer too: a client may not jump the queue unless the server says so) */
+        nv_api_error_set(err, E400, NULL, "priority", "'priority' needs the server's priority scheduling (--scheduling-policy priority)");
+        return err->status;
+    }
     out->req.priority = (int)priority;
     if (!bad) return 0;
     const int n = cJSON_IsArray(bad) ? cJSON_GetArraySize(bad) : -1;
@@ -321,9 +325,9 @@ static int token_filters(const nv_api_ctx *ctx, const cJSON *root, nv_api_reques
         out->bad_tok = toks.v, out->bad_len = lens.v;
         out->req.bad_tok = toks.v, out->req.bad_len = lens.v, out->req.n_bad = lens.n;
         int left = !out->req.n_allowed; /* an allowed token that no word of one token bans */
-        for (int i = 0; !left && i < out->req.n_allowed; i++) {
+        for (int a = 0; !left && a < out->req.n_allowed; a++) {
             left = 1;
-            for (int k = 0, at = 0; left && k < lens.n; at += lens.v[k], k++) left = !(lens.v[k] == 1 && toks.v[at] == out->allowed[i]);
+            for (int k = 0, at = 0; left && k < lens.n; at += lens.v[k], k++) left = !(lens.v[k] == 1 && toks.v[at] == out->allowed[a]);
         }
         if (!left) {
             nv_api_error_set(err, E400, NULL, "bad_words", "'bad_words' ban every token 'allowed_token_ids' allows");
@@ -377,26 +381,27 @@ static int unsupported(const cJSON *root, const char *key, nv_api_error *err) {
 
 /* ---- prompts --------------------------------------------------------------------------------- */
 
-/* A token's piece as the text shows it (after BOS, without its leading space; BOS itself, which
- * an echoed prompt may begin with, shows nothing). */
-static const char *token_piece(const nv_tokenizer *t, int prev, int tok) {
-    if (tok == nv_tokenizer_bos(t)) return "";
-    const char *piece = nv_tokenizer_decode(t, prev, tok);
-    return piece ? piece : "";
+/* A token's piece as an answer or an echoed prompt shows it (after BOS, without its leading space;
+ * BOS and end tokens nothing; special: skip_special_tokens false, a control token its own text). */
+static const char *token_piece(const nv_tokenizer *t, int prev, int tok, int special) {
+    return nv_tokenizer_answer_piece(t, prev, tok, special);
 }
 
-/* The piece as a JSON string: valid UTF-8 (a lone byte of a longer character becomes U+FFFD),
- * in b, which the caller reuses. */
-static const char *token_text(const nv_tokenizer *t, int prev, int tok, nv_buf *b) {
-    const char *piece = token_piece(t, prev, tok);
+/* A piece as a JSON string: valid UTF-8 (a lone byte of a longer character becomes U+FFFD), in b,
+ * which the caller reuses. */
+static const char *json_piece(const char *piece, nv_buf *b) {
     b->len = 0;
     nv_utf8_sanitize(b, piece, strlen(piece));
     return b->data ? b->data : "";
 }
 
-void nv_api_token_fields(cJSON *o, const nv_tokenizer *t, int prev, int tok, nv_buf *b) {
-    cJSON_AddStringToObject(o, "token", token_text(t, prev, tok, b));
-    const char *piece = token_piece(t, prev, tok);
+static const char *token_text(const nv_tokenizer *t, int prev, int tok, int special, nv_buf *b) {
+    return json_piece(token_piece(t, prev, tok, special), b);
+}
+
+void nv_api_token_fields(cJSON *o, const nv_tokenizer *t, int prev, int tok, int special, nv_buf *b) {
+    cJSON_AddStringToObject(o, "token", token_text(t, prev, tok, special, b));
+    const char *piece = token_piece(t, prev, tok, special);
     cJSON *bytes = cJSON_AddArrayToObject(o, "bytes");
     for (size_t i = 0; piece[i]; i++) cJSON_AddItemToArray(bytes, cJSON_CreateNumber((unsigned char)piece[i]));
 }
@@ -404,7 +409,7 @@ void nv_api_token_fields(cJSON *o, const nv_tokenizer *t, int prev, int tok, nv_
 /* The text ids[0..n) spell, as valid UTF-8 (the first follows BOS); malloc'd, NULL when out of memory. */
 static char *ids_text(const nv_tokenizer *t, const int *ids, int n) {
     nv_buf b = {0}, s = {0};
-    for (int j = 0; j < n; j++) nv_buf_puts(&b, token_piece(t, j ? ids[j - 1] : nv_tokenizer_bos(t), ids[j]));
+    for (int j = 0; j < n; j++) nv_buf_puts(&b, token_piece(t, j ? ids[j - 1] : nv_tokenizer_bos(t), ids[j], 0));
     nv_utf8_sanitize(&s, b.data ? b.data : "", b.len);
     const int oom = b.oom || s.oom;
     nv_buf_free(&b);
@@ -1095,15 +1100,18 @@ static int truncate_prompt_tokens(const nv_api_ctx *ctx, const cJSON *root, nv_a
     long long k = 0;
     int given, rc;
     if ((rc = get_int(root, "truncate_prompt_tokens", -1, 1e9, &k, &given, err)) || !given) return rc;
-    if (k == 0) {
-        nv_api_error_set(err, E400, NULL, "truncate_prompt_tokens", "'truncate_prompt_tokens' must be at least 1 (or -1: the context's length)");
+    if (k == 0 || k > ctx->seq_len) {
+        nv_api_error_set(err, E400, NULL, "truncate_prompt_tokens", "'truncate_prompt_tokens' must be 1 to the context's %d tokens (or -1: as many as fit)",
+                         ctx->seq_len);
         return err->status;
     }
-    if (out->echo) {
-        nv_api_error_set(err, E400, NULL, "truncate_prompt_tokens", "'truncate_prompt_tokens' cannot be combined with 'echo'");
+    const cJSON *suffix = nv_api_field(root, "suffix");
+    if (out->echo || (cJSON_IsString(suffix) && suffix->valuestring[0])) { /* (a fill-in's markers are at the prompt's start) */
+        nv_api_error_set(err, E400, NULL, "truncate_prompt_tokens", "'truncate_prompt_tokens' cannot be combined with '%s'", out->echo ? "echo" : "suffix");
         return err->status;
     }
-    if (k < 0 || k > ctx->seq_len - 1) k = ctx->seq_len - 1;
+    const long fits = ctx->capacity < ctx->seq_len - 1 ? ctx->capacity : ctx->seq_len - 1; /* the longest prompt the server takes */
+    if (k < 0 || k > fits) k = fits;
     for (int i = -1; i < out->n_more; i++) {
         int *ids = i < 0 ? out->prompt_ids : out->more[i].ids, *n = i < 0 ? &out->req.n_prompt : &out->more[i].n;
         if (*n > k) memmove(ids, ids + *n - k, (size_t)k * sizeof *ids), *n = (int)k;
@@ -1395,6 +1403,7 @@ static int parse_root(const nv_api_ctx *ctx, int chat, const cJSON *root, const 
     if (!chat && (rc = nv_api_get_bool(root, "echo", &out->echo, err))) return rc;
     out->req.prompt_logprobs = out->echo && out->req.logprobs; /* the echoed prompt's tokens get theirs too */
     if ((rc = parse_stop(root, po->max_stop, out, err))) return rc;
+    out->req.n_own_stop = out->req.n_stop; /* the template's end of turn, added below, is the server's */
     out->req.think_budget = -1;
     if (chat && (rc = parse_reasoning(ctx, root, out, err))) return rc;
     if ((rc = parse_response_format(chat, root, out, err))) return rc;
@@ -1495,6 +1504,17 @@ static int parse_root(const nv_api_ctx *ctx, int chat, const cJSON *root, const 
         return err->status;
     }
     out->req.min_tokens = (int)min_tokens;
+    if (min_tokens && out->req.n_allowed) { /* min_tokens with only end (or stop) tokens allowed: nothing to sample */
+        int other = 0;
+        for (int a = 0; a < out->req.n_allowed && !other; a++) {
+            other = !nv_tokenizer_is_eog(ctx->tok, out->allowed[a]);
+            for (int k = 0; other && k < out->req.n_stop_ids; k++) other = out->allowed[a] != out->stop_ids[k];
+        }
+        if (!other) {
+            nv_api_error_set(err, E400, NULL, "min_tokens", "'min_tokens' needs 'allowed_token_ids' to allow a token that does not end the answer");
+            return err->status;
+        }
+    }
     out->req.prompt = out->prompt_ids;
     out->req.vocab_size = ctx->vocab_size;
     return 0;
@@ -1641,7 +1661,9 @@ int nv_api_tokenize(const nv_api_ctx *ctx, const char *body, size_t len, char **
         }
         cJSON *o = cJSON_CreateObject();
         cJSON_AddNumberToObject(o, "id", ids[i]);
-        cJSON_AddStringToObject(o, "piece", token_text(ctx->tok, i ? ids[i - 1] : nv_tokenizer_bos(ctx->tok), ids[i], &piece));
+        const int prev = i ? ids[i - 1] : nv_tokenizer_bos(ctx->tok); /* every token as decoded but BOS */
+        const char *dec = ids[i] == nv_tokenizer_bos(ctx->tok) ? "" : nv_tokenizer_decode(ctx->tok, prev, ids[i]);
+        cJSON_AddStringToObject(o, "piece", json_piece(dec ? dec : "", &piece));
         cJSON_AddItemToArray(arr, o);
     }
     nv_buf_free(&piece);
@@ -1808,7 +1830,7 @@ static void add_usage(cJSON *root, const nv_api_meta *m, int prompt_tokens, int 
 /* A record's token as responses name it: its text, or with return_tokens_as_token_ids "token_id:N"
  * (vLLM's: texts that are not whole characters, or equal for two tokens, stay apart). */
 static const char *lp_name(const nv_api_meta *m, int prev, int tok, nv_buf *b) {
-    if (!m->lp_ids) return token_text(m->lp_tok, prev, tok, b);
+    if (!m->lp_ids) return token_text(m->lp_tok, prev, tok, m->lp_special, b);
     b->len = 0;
     nv_buf_printf(b, "token_id:%d", tok);
     return b->data ? b->data : "";
@@ -1817,7 +1839,7 @@ static const char *lp_name(const nv_api_meta *m, int prev, int tok, nv_buf *b) {
 /* {"token", "logprob", "bytes"} of the chat shape (bytes: the piece's raw bytes). */
 static cJSON *chat_token(const nv_api_meta *m, int prev, int tok, float logprob, nv_buf *b) {
     cJSON *o = cJSON_CreateObject();
-    nv_api_token_fields(o, m->lp_tok, prev, tok, b);
+    nv_api_token_fields(o, m->lp_tok, prev, tok, m->lp_special, b);
     if (m->lp_ids) cJSON_ReplaceItemInObjectCaseSensitive(o, "token", cJSON_CreateString(lp_name(m, prev, tok, b)));
     cJSON_AddNumberToObject(o, "logprob", logprob);
     return o;
@@ -1848,7 +1870,7 @@ static void add_logprobs(cJSON *c, const nv_api_meta *m) {
             const nv_token_lp *t = &m->lps[i];
             cJSON_AddItemToArray(tokens, cJSON_CreateString(lp_name(m, t->prev, t->tok, &b)));
             cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)off));
-            off += (long)strlen(token_piece(m->lp_tok, t->prev, t->tok));
+            off += (long)strlen(token_piece(m->lp_tok, t->prev, t->tok, m->lp_special));
             if (t->unscored) { /* an echoed prompt's first token */
                 cJSON_AddItemToArray(lps, cJSON_CreateNull());
                 cJSON_AddItemToArray(tops, cJSON_CreateNull());
@@ -1868,7 +1890,7 @@ static void add_logprobs(cJSON *c, const nv_api_meta *m) {
 
 long nv_api_text_advance(const nv_api_meta *m) {
     long off = m->text_offset;
-    for (int i = 0; i < m->n_lps; i++) off += (long)strlen(token_piece(m->lp_tok, m->lps[i].prev, m->lps[i].tok));
+    for (int i = 0; i < m->n_lps; i++) off += (long)strlen(token_piece(m->lp_tok, m->lps[i].prev, m->lps[i].tok, m->lp_special));
     return off;
 }
 

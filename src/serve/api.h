@@ -47,6 +47,7 @@ typedef struct {
     const int *think_close; /* the tokens forced when they are spent (--reasoning-budget-message, then "\n</think>\n\n") */
     int n_think_close;
     const char *reasoning_effort; /* --reasoning-effort: the templates' reasoning_effort where a request gives none (NULL: none) */
+    int priority_sched; /* --scheduling-policy priority: requests' priority orders the queue (else a non-zero one is a 400) */
     int dim;       /* the model's width: an embedding's length */
     nv_adapters *adapters; /* LoRA adapters a request's 'model' may name (NULL: none) */
     const nv_jinja *jinja; /* the model's template, run (nv_chat_opts.jinja); NULL: tmpl's renderer */
@@ -177,10 +178,10 @@ void nv_api_tool_texts_free(char **texts, int n);
  * [{"id", "piece"}]), "count", "max_model_len"}; special tokens' text in TEXT is parsed. The
  * response body goes to *out (malloc'd); returns 0 or the error's status. */
 int nv_api_tokenize(const nv_api_ctx *ctx, const char *body, size_t len, char **out, nv_api_error *err);
-/* A logprobs record's "token" (the piece as a text shows it after prev, as valid UTF-8: a lone byte
- * of a longer character as U+FFFD; BOS shows nothing) and "bytes" (the piece's raw bytes), added to
- * o; b is scratch the caller reuses. */
-void nv_api_token_fields(cJSON *o, const nv_tokenizer *t, int prev, int tok, nv_buf *b);
+/* A logprobs record's "token" (the piece as an answer shows it after prev, as valid UTF-8: a lone byte
+ * of a longer character as U+FFFD; BOS and end tokens show nothing; special: a control token its own
+ * text) and "bytes" (the piece's raw bytes), added to o; b is scratch the caller reuses. */
+void nv_api_token_fields(cJSON *o, const nv_tokenizer *t, int prev, int tok, int special, nv_buf *b);
 /* POST /apply-template (llama.cpp's): {"messages", "tools", "chat_template_kwargs",
  * "continue_final_message"} as a chat request has them -> {"prompt": TEXT}, the prompt the server
  * would feed the model as text (nv_chat_render_text), without running it. */
@@ -201,6 +202,7 @@ typedef struct {
     int index; /* the choice a chunk belongs to */
     int lp_on;
     int lp_ids; /* return_tokens_as_token_ids: records name their tokens "token_id:N" */
+    int lp_special; /* skip_special_tokens false: records show control tokens' texts, as the answer does */
     const nv_tokenizer *lp_tok;
     const nv_token_lp *lps;
     int n_lps;

@@ -752,6 +752,7 @@ static enum MHD_Result generate(nv_http *h, struct MHD_Connection *c, conn_ctx *
     nv_api_meta_init(&meta, chat, ar.model);
     meta.lp_on = ar.req.logprobs;
     meta.lp_ids = ar.lp_ids;
+    meta.lp_special = ar.req.keep_special;
     meta.lp_tok = h->ctx.tok;
     meta.pred = ar.req.n_prediction > 0;
     int fd = conn_fd(c);

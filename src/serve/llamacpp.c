@@ -293,7 +293,7 @@ int nv_lcpp_parse(const nv_api_ctx *ctx, const char *body, size_t len, int infil
 static cJSON *prob_record(const nv_lcpp_meta *m, const nv_tokenizer *tok, int prev, int id, float logprob, nv_buf *b) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "id", id);
-    nv_api_token_fields(o, tok, prev, id, b);
+    nv_api_token_fields(o, tok, prev, id, 0, b);
     if (m->post_probs) cJSON_AddNumberToObject(o, "prob", exp((double)logprob));
     else cJSON_AddNumberToObject(o, "logprob", logprob);
     return o;

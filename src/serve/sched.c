@@ -55,7 +55,7 @@ struct nv_req {
     nv_think thk;
     int think_budget, think_n, think_u8, *think_close, n_think_close, force_at;
     int *stop_ids, n_stop_ids; /* stop_token_ids */
-    int include_stop, keep_special, priority; /* nv_req_params' */
+    int include_stop, n_own_stop, keep_special, priority; /* nv_req_params' */
     unsigned char *allowed; /* allowed_token_ids as a mask [vocab] (NULL: any token) */
     /* bad_words: the sequences (nv_req_params'), and the answer's tokens so far (bad_hist, n_gen of them
        and this step's) which their ends are matched against */
@@ -351,7 +351,7 @@ nv_err nv_req_create(nv_req **out, const nv_req_params *p) {
     for (int i = 0; e == NV_OK && r->think_budget >= 0 && i < p->n_think_close; i++)
         if (p->think_close[i] < 0 || p->think_close[i] >= p->vocab_size)
             e = nv_fail(NV_EINVAL, "request: the think block's closing token %d is outside the vocabulary", p->think_close[i]);
-    r->include_stop = p->include_stop, r->keep_special = p->keep_special, r->priority = p->priority;
+    r->include_stop = p->include_stop, r->n_own_stop = p->n_own_stop, r->keep_special = p->keep_special, r->priority = p->priority;
     if (e == NV_OK && p->n_stop_ids > 0) {
         if (!(r->stop_ids = malloc((size_t)p->n_stop_ids * sizeof(int)))) e = nv_fail(NV_ENOMEM, "request: out of memory");
         for (int i = 0; e == NV_OK && i < p->n_stop_ids; i++)
@@ -1423,13 +1423,6 @@ static int ends_answer(const nv_sched *s, const nv_req *r, int tok) {
     return !r->ignore_eos && nv_tokenizer_is_eog(s->tok, tok);
 }
 
-/* tok's text in r's answer: a control token's own text with skip_special_tokens false (vLLM's), an end
- * token ignore_eos lets through nothing (vLLM skips special tokens likewise) */
-static const char *answer_piece(const nv_sched *s, const nv_req *r, int tok) {
-    const char *piece = nv_tokenizer_is_eog(s->tok, tok) ? "" : nv_tokenizer_decode(s->tok, r->last, tok);
-    if (r->keep_special && piece && !*piece && nv_tokenizer_special_text(s->tok, tok)) piece = nv_tokenizer_special_text(s->tok, tok);
-    return piece;
-}
 
 /* A sampled token (lp: its log-probability record): text, stop strings, limits (loop thread, no
  * lock). The sampler has counted it already (sample_task). */
@@ -1437,15 +1430,18 @@ static void on_token(nv_sched *s, nv_req *r, int tok, nv_token_lp *lp, double no
     const nv_config *c = &s->model->config;
     if (ends_answer(s, r, tok)) {
         r->fin = NV_FINISH_STOP;
-        if (r->include_stop) { /* include_stop_str_in_output: the ending token's text stays (its special text: skip_special_tokens false) */
-            const char *piece = answer_piece(s, r, tok);
-            if (piece) nv_buf_puts(&r->pending, piece), r->pend_total += strlen(piece);
+        if (r->include_stop) { /* include_stop_str_in_output: the ending token's text stays, with its record */
+            const char *piece = nv_tokenizer_answer_piece(s->tok, r->last, tok, r->keep_special);
+            lp->prev = r->last;
+            if (r->lp_k >= 0) lp_record(r, lp, strlen(piece));
+            nv_buf_puts(&r->pending, piece), r->pend_total += strlen(piece);
         }
         flush_text(r, 1);
         return;
     }
     lp->prev = r->last;
-    const char *piece = answer_piece(s, r, tok);
+    /* (an end token ignore_eos lets through adds no text: vLLM skips special tokens likewise) */
+    const char *piece = nv_tokenizer_answer_piece(s->tok, r->last, tok, r->keep_special);
     r->last = tok;
     r->n_gen++;
     if (r->ctx && r->n_ctx < r->cap_ctx) r->ctx[r->n_ctx++] = tok;
@@ -1469,7 +1465,7 @@ static void on_token(nv_sched *s, nv_req *r, int tok, nv_token_lp *lp, double no
             }
         }
         if (cut != (size_t)-1) {
-            if (r->include_stop) cut += strlen(r->stop[hit_i]); /* include_stop_str_in_output: the stop string stays */
+            if (r->include_stop && r->stop_src[hit_i] < r->n_own_stop) cut += strlen(r->stop[hit_i]); /* the request's own stays */
             r->pending.len = cut;
             r->pending.data[cut] = '\0';
             r->fin = NV_FINISH_STOP;

@@ -2,21 +2,23 @@
  * model.
  *
  * Contract:
- * - Requests are submitted from any thread (nv_sched_submit) into a FIFO queue of at most
- *   max_queue entries; a full queue is refused (the HTTP layer answers 429 with Retry-After).
+ * - Requests are submitted from any thread (nv_sched_submit) into a queue of at most max_queue
+ *   entries, ordered by priority (a lower value first; nv_req_params.priority, 0 by default) and
+ *   arrival within one; a full queue is refused (the HTTP layer answers 429 with Retry-After).
  *   Background requests (the Batch API's) queue behind every other one.
  * - Every iteration the loop (1) retires cancelled, timed-out and (when stopping) shut-down
- *   requests, (2) admits queued requests in arrival order while fewer than max_batch run and
+ *   requests, (2) admits queued requests in queue order while fewer than max_batch run and
  *   the KV pool can *reserve* every block the request may ever need — ceil((prompt + max_tokens
  *   - 1) / block_size) — so memory is never over-committed and nothing is ever preempted; the
- *   head of the queue waits when it does not fit (no overtaking, so no starvation), (3) runs one
+ *   head of the queue waits when it does not fit (no overtaking, so no starvation among equal
+ *   priorities; a stream of higher priorities can hold lower ones back), (3) runs one
  *   batched forward (model/batch.h) over every running sequence: one decode row each, plus
  *   prompt rows of sequences still in prefill, at most prefill_chunk prompt rows per step, given
  *   to them in admission order, (4) samples each sequence that finished its prompt or decoded,
  *   with its own sampler (greedy at temperature 0), (5) turns tokens into text and publishes it,
  *   (6) retires finished sequences, returning their blocks and unused reservation.
- * - Generation ends at token EOS (2) or BOS (1) or a stop string ("stop"; the stop string and
- *   what follows are not part of the text), or after max_tokens tokens or at the end of the
+ * - Generation ends at token EOS (2) or BOS (1), a stop token (stop_ids) or a stop string ("stop";
+ *   the stop string and what follows are not part of the text, unless include_stop keeps it), or after max_tokens tokens or at the end of the
  *   context ("length"). Published text is always valid UTF-8: an incomplete character at the
  *   end is held back until it completes (invalid bytes become U+FFFD), and so is a tail that
  *   could still grow into a stop string.
@@ -156,6 +158,7 @@ typedef struct {
     const int *stop_ids;                       /* vLLM's stop_token_ids: these end the answer as end tokens do (copied) */
     int n_stop_ids;
     int include_stop;                          /* vLLM's include_stop_str_in_output: the stop string (or token) that ended it stays */
+    int n_own_stop;                            /* with it: stop[0..n_own_stop) are the request's own (the server's after them are not kept) */
     int keep_special;                          /* vLLM's skip_special_tokens false: control tokens' texts are written */
     int priority;                              /* vLLM's: a lower value is admitted first (equal ones in arrival order) */
     const int *allowed;                        /* vLLM's allowed_token_ids: only these are sampled (n_allowed 0: any); copied */
