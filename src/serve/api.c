@@ -263,31 +263,6 @@ static int token_filters(const nv_api_ctx *ctx, const cJSON *root, nv_api_reques
         out->req.allowed = out->allowed;
         out->req.n_allowed = n;
     }
-    const cJSON *stops = nv_api_field(root, "stop_token_ids");
-    if (stops) {
-        const int n = cJSON_IsArray(stops) ? cJSON_GetArraySize(stops) : -1;
-        if (n < 0 || n > 64) {
-            nv_api_error_set(err, E400, NULL, "stop_token_ids", "'stop_token_ids' must be a list of at most 64 token ids");
-            return err->status;
-        }
-        if (n && !(out->stop_ids = malloc((size_t)n * sizeof *out->stop_ids))) return nv_api_oom(err);
-        if (n && read_ids(stops, "stop_token_ids", ctx->vocab_size, out->stop_ids, err)) return err->status;
-        out->req.stop_ids = out->stop_ids;
-        out->req.n_stop_ids = n;
-    }
-    int skip = 1, rc0;
-    if ((rc0 = nv_api_get_bool(root, "include_stop_str_in_output", &out->req.include_stop, err)) ||
-        (rc0 = nv_api_get_bool(root, "skip_special_tokens", &skip, err)))
-        return rc0;
-    out->req.keep_special = !skip;
-    long long priority = 0;
-    int given;
-    if ((rc0 = get_int(root, "priority", -1e9, 1e9, &priority, &given, err))) return rc0;
-    if (priority && !ctx->priority_sched) { /* (vLLM's answer too: a client may not jump the queue unless the server says so) */
-        nv_api_error_set(err, E400, NULL, "priority", "'priority' needs the server's priority scheduling (--scheduling-policy priority)");
-        return err->status;
-    }
-    out->req.priority = (int)priority;
     if (!bad) return 0;
     const int n = cJSON_IsArray(bad) ? cJSON_GetArraySize(bad) : -1;
     if (n < 0 || n > MAX_BAD_WORDS) {
@@ -340,6 +315,37 @@ static int token_filters(const nv_api_ctx *ctx, const cJSON *root, nv_api_reques
     return rc;
 }
 
+/* vLLM's stop_token_ids (ending the answer as end tokens do), include_stop_str_in_output,
+ * skip_special_tokens and priority (with --scheduling-policy priority; a non-zero one otherwise is a
+ * 400, as vLLM answers: a client may not jump the queue unless the server says so). */
+static int vllm_ending_and_priority(const nv_api_ctx *ctx, const cJSON *root, nv_api_request *out, nv_api_error *err) {
+    const cJSON *stops = nv_api_field(root, "stop_token_ids");
+    if (stops) {
+        const int n = cJSON_IsArray(stops) ? cJSON_GetArraySize(stops) : -1;
+        if (n < 0 || n > 64) {
+            nv_api_error_set(err, E400, NULL, "stop_token_ids", "'stop_token_ids' must be a list of at most 64 token ids");
+            return err->status;
+        }
+        if (n && !(out->stop_ids = malloc((size_t)n * sizeof *out->stop_ids))) return nv_api_oom(err);
+        if (n && read_ids(stops, "stop_token_ids", ctx->vocab_size, out->stop_ids, err)) return err->status;
+        out->req.stop_ids = out->stop_ids;
+        out->req.n_stop_ids = n;
+    }
+    int skip = 1, rc, given;
+    if ((rc = nv_api_get_bool(root, "include_stop_str_in_output", &out->req.include_stop, err)) ||
+        (rc = nv_api_get_bool(root, "skip_special_tokens", &skip, err)))
+        return rc;
+    out->req.keep_special = !skip;
+    long long priority = 0;
+    if ((rc = get_int(root, "priority", -1e9, 1e9, &priority, &given, err))) return rc;
+    if (priority && !ctx->priority_sched) {
+        nv_api_error_set(err, E400, NULL, "priority", "'priority' needs the server's priority scheduling (--scheduling-policy priority)");
+        return err->status;
+    }
+    out->req.priority = (int)priority;
+    return 0;
+}
+
 /* chat: logprobs (bool) and top_logprobs (0..20, with logprobs); completions: logprobs (0..20, the
  * alternatives per token, as vLLM takes it (OpenAI's stops at 5); null or absent: none). */
 static int parse_logprobs(const cJSON *root, int chat, nv_api_request *out, nv_api_error *err) {
@@ -381,11 +387,8 @@ static int unsupported(const cJSON *root, const char *key, nv_api_error *err) {
 
 /* ---- prompts --------------------------------------------------------------------------------- */
 
-/* A token's piece as an answer or an echoed prompt shows it (after BOS, without its leading space;
- * BOS and end tokens nothing; special: skip_special_tokens false, a control token its own text). */
-static const char *token_piece(const nv_tokenizer *t, int prev, int tok, int special) {
-    return nv_tokenizer_answer_piece(t, prev, tok, special);
-}
+/* (A token's piece as an answer or an echoed prompt shows it: nv_tokenizer_answer_piece, after BOS
+ * without its leading space.) */
 
 /* A piece as a JSON string: valid UTF-8 (a lone byte of a longer character becomes U+FFFD), in b,
  * which the caller reuses. */
@@ -396,12 +399,12 @@ static const char *json_piece(const char *piece, nv_buf *b) {
 }
 
 static const char *token_text(const nv_tokenizer *t, int prev, int tok, int special, nv_buf *b) {
-    return json_piece(token_piece(t, prev, tok, special), b);
+    return json_piece(nv_tokenizer_answer_piece(t, prev, tok, special), b);
 }
 
 void nv_api_token_fields(cJSON *o, const nv_tokenizer *t, int prev, int tok, int special, nv_buf *b) {
     cJSON_AddStringToObject(o, "token", token_text(t, prev, tok, special, b));
-    const char *piece = token_piece(t, prev, tok, special);
+    const char *piece = nv_tokenizer_answer_piece(t, prev, tok, special);
     cJSON *bytes = cJSON_AddArrayToObject(o, "bytes");
     for (size_t i = 0; piece[i]; i++) cJSON_AddItemToArray(bytes, cJSON_CreateNumber((unsigned char)piece[i]));
 }
@@ -409,7 +412,7 @@ void nv_api_token_fields(cJSON *o, const nv_tokenizer *t, int prev, int tok, int
 /* The text ids[0..n) spell, as valid UTF-8 (the first follows BOS); malloc'd, NULL when out of memory. */
 static char *ids_text(const nv_tokenizer *t, const int *ids, int n) {
     nv_buf b = {0}, s = {0};
-    for (int j = 0; j < n; j++) nv_buf_puts(&b, token_piece(t, j ? ids[j - 1] : nv_tokenizer_bos(t), ids[j], 0));
+    for (int j = 0; j < n; j++) nv_buf_puts(&b, nv_tokenizer_answer_piece(t, j ? ids[j - 1] : nv_tokenizer_bos(t), ids[j], 0));
     nv_utf8_sanitize(&s, b.data ? b.data : "", b.len);
     const int oom = b.oom || s.oom;
     nv_buf_free(&b);
@@ -1388,7 +1391,7 @@ static int parse_root(const nv_api_ctx *ctx, int chat, const cJSON *root, const 
         out->req.seed = r.state;
     }
     if ((rc = logit_adjustments(ctx, root, out, err))) return rc;
-    if ((rc = token_filters(ctx, root, out, err))) return rc;
+    if ((rc = token_filters(ctx, root, out, err)) || (rc = vllm_ending_and_priority(ctx, root, out, err))) return rc;
     if ((rc = parse_logprobs(root, chat, out, err))) return rc;
     if ((rc = nv_api_get_bool(root, "return_tokens_as_token_ids", &out->lp_ids, err))) return rc;
     const char *bad[] = {"best_of", "functions", "tools"};
@@ -1870,7 +1873,7 @@ static void add_logprobs(cJSON *c, const nv_api_meta *m) {
             const nv_token_lp *t = &m->lps[i];
             cJSON_AddItemToArray(tokens, cJSON_CreateString(lp_name(m, t->prev, t->tok, &b)));
             cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)off));
-            off += (long)strlen(token_piece(m->lp_tok, t->prev, t->tok, m->lp_special));
+            off += (long)strlen(nv_tokenizer_answer_piece(m->lp_tok, t->prev, t->tok, m->lp_special));
             if (t->unscored) { /* an echoed prompt's first token */
                 cJSON_AddItemToArray(lps, cJSON_CreateNull());
                 cJSON_AddItemToArray(tops, cJSON_CreateNull());
@@ -1890,7 +1893,7 @@ static void add_logprobs(cJSON *c, const nv_api_meta *m) {
 
 long nv_api_text_advance(const nv_api_meta *m) {
     long off = m->text_offset;
-    for (int i = 0; i < m->n_lps; i++) off += (long)strlen(token_piece(m->lp_tok, m->lps[i].prev, m->lps[i].tok, m->lp_special));
+    for (int i = 0; i < m->n_lps; i++) off += (long)strlen(nv_tokenizer_answer_piece(m->lp_tok, m->lps[i].prev, m->lps[i].tok, m->lp_special));
     return off;
 }
 

@@ -1,6 +1,7 @@
 #include "serve/sched.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -267,6 +268,50 @@ static void req_free(nv_req *r) {
     free(r);
 }
 
+/* n token ids, each in the vocabulary (else NV_EINVAL naming what), into a copy of their own. */
+static nv_err copy_ids(const int *ids, int n, int vocab, const char *what, int **out) {
+    for (int i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= vocab) return nv_fail(NV_EINVAL, "request: %s %d is outside the vocabulary", what, ids[i]);
+    if (!(*out = malloc((size_t)(n > 0 ? n : 1) * sizeof **out))) return nv_fail(NV_ENOMEM, "request: out of memory");
+    if (n > 0) memcpy(*out, ids, (size_t)n * sizeof **out);
+    return NV_OK;
+}
+
+/* The rules a request's answer follows besides its sampler and grammars (nv_req_params'): its
+ * reasoning budget (grammar_thinks: its grammar, if any, took the block the prompt opened), stop
+ * tokens, what its text keeps, its priority, allowed tokens and bad words; the lists copied. */
+static nv_err take_answer_rules(nv_req *r, const nv_req_params *p, int grammar_thinks) {
+    nv_err e = NV_OK;
+    const int V = p->vocab_size;
+    r->think_budget = p->think_budget >= 0 && p->n_think_close > 0 ? p->think_budget : -1;
+    r->thk.state = p->think_open ? (grammar_thinks ? NV_THINK_IN : NV_THINK_PAST) : NV_THINK_UNDECIDED;
+    r->force_at = -1;
+    if (r->think_budget >= 0 && (e = copy_ids(p->think_close, p->n_think_close, V, "the think block's closing token", &r->think_close)) == NV_OK)
+        r->n_think_close = p->n_think_close;
+    r->include_stop = p->include_stop, r->n_own_stop = p->n_own_stop, r->keep_special = p->keep_special, r->priority = p->priority;
+    if (e == NV_OK && p->n_stop_ids > 0 && (e = copy_ids(p->stop_ids, p->n_stop_ids, V, "the stop token", &r->stop_ids)) == NV_OK)
+        r->n_stop_ids = p->n_stop_ids;
+    if (e == NV_OK && p->n_allowed > 0) { /* a mask: each row then costs one pass over the vocabulary */
+        if (!(r->allowed = calloc((size_t)p->vocab_size, 1))) e = nv_fail(NV_ENOMEM, "request: out of memory");
+        for (int i = 0; e == NV_OK && i < p->n_allowed; i++)
+            if (p->allowed[i] < 0 || p->allowed[i] >= p->vocab_size) e = nv_fail(NV_EINVAL, "request: the allowed token %d is outside the vocabulary", p->allowed[i]);
+            else r->allowed[p->allowed[i]] = 1;
+    }
+    if (e == NV_OK && p->n_bad > 0) {
+        size_t total = 0;
+        for (int k = 0; e == NV_OK && k < p->n_bad; k++)
+            if (p->bad_len[k] < 1) e = nv_fail(NV_EINVAL, "request: a bad word of no tokens");
+            else total += (size_t)p->bad_len[k];
+        if (e == NV_OK) e = copy_ids(p->bad_tok, (int)total, V, "a bad word's token", &r->bad_tok);
+        if (e == NV_OK) e = copy_ids(p->bad_len, p->n_bad, INT_MAX, "a bad word's length", &r->bad_len);
+        /* the answer's tokens: one step samples at most what max_tokens leaves, drafts included */
+        if (e == NV_OK && !(r->bad_hist = malloc(((size_t)p->max_tokens + NV_MAX_SPEC + 1) * sizeof(int))))
+            e = nv_fail(NV_ENOMEM, "request: out of memory");
+        if (e == NV_OK) r->n_bad = p->n_bad;
+    }
+    return e;
+}
+
 nv_err nv_req_create(nv_req **out, const nv_req_params *p) {
     *out = NULL;
     if (p->n_prompt < 1 || p->max_tokens < 0 || p->n_stop < 0 || p->n_stop > NV_MAX_STOP || p->n_prediction < 0 ||
@@ -287,13 +332,11 @@ nv_err nv_req_create(nv_req **out, const nv_req_params *p) {
     r->adapter = p->adapter;
     r->adapter_gen = p->adapter_gen;
     if (p->n_prediction > 0) {
-        if (!(r->pred_ids = malloc((size_t)p->n_prediction * sizeof(int)))) goto oom;
-        for (int i = 0; i < p->n_prediction; i++)
-            if (p->prediction[i] < 0 || p->prediction[i] >= p->vocab_size) {
-                req_free(r);
-                return nv_fail(NV_EINVAL, "request: the prediction's token %d is outside the vocabulary", p->prediction[i]);
-            }
-        memcpy(r->pred_ids, p->prediction, (size_t)p->n_prediction * sizeof(int));
+        const nv_err pe = copy_ids(p->prediction, p->n_prediction, p->vocab_size, "the prediction's token", &r->pred_ids);
+        if (pe != NV_OK) {
+            req_free(r);
+            return pe;
+        }
         r->pred = (nv_pred){r->pred_ids, p->n_prediction, 0, 0};
         r->spec = (nv_spec_record){8, 0}; /* a prediction is mostly the answer: long drafts from the start */
     }
@@ -345,46 +388,7 @@ nv_err nv_req_create(nv_req **out, const nv_req_params *p) {
         r->lazy.thk.state = p->think_open ? NV_THINK_IN : NV_THINK_UNDECIDED;
     }
     r->lazy_ends = p->lazy_ends;
-    r->think_budget = p->think_budget >= 0 && p->n_think_close > 0 ? p->think_budget : -1;
-    r->thk.state = p->think_open ? (grammar_thinks ? NV_THINK_IN : NV_THINK_PAST) : NV_THINK_UNDECIDED;
-    r->force_at = -1;
-    for (int i = 0; e == NV_OK && r->think_budget >= 0 && i < p->n_think_close; i++)
-        if (p->think_close[i] < 0 || p->think_close[i] >= p->vocab_size)
-            e = nv_fail(NV_EINVAL, "request: the think block's closing token %d is outside the vocabulary", p->think_close[i]);
-    r->include_stop = p->include_stop, r->n_own_stop = p->n_own_stop, r->keep_special = p->keep_special, r->priority = p->priority;
-    if (e == NV_OK && p->n_stop_ids > 0) {
-        if (!(r->stop_ids = malloc((size_t)p->n_stop_ids * sizeof(int)))) e = nv_fail(NV_ENOMEM, "request: out of memory");
-        for (int i = 0; e == NV_OK && i < p->n_stop_ids; i++)
-            if (p->stop_ids[i] < 0 || p->stop_ids[i] >= p->vocab_size) e = nv_fail(NV_EINVAL, "request: the stop token %d is outside the vocabulary", p->stop_ids[i]);
-            else r->stop_ids[r->n_stop_ids++] = p->stop_ids[i];
-    }
-    if (e == NV_OK && p->n_allowed > 0) { /* a mask: each row then costs one pass over the vocabulary */
-        if (!(r->allowed = calloc((size_t)p->vocab_size, 1))) e = nv_fail(NV_ENOMEM, "request: out of memory");
-        for (int i = 0; e == NV_OK && i < p->n_allowed; i++)
-            if (p->allowed[i] < 0 || p->allowed[i] >= p->vocab_size) e = nv_fail(NV_EINVAL, "request: the allowed token %d is outside the vocabulary", p->allowed[i]);
-            else r->allowed[p->allowed[i]] = 1;
-    }
-    if (e == NV_OK && p->n_bad > 0) {
-        size_t total = 0;
-        for (int k = 0; e == NV_OK && k < p->n_bad; k++)
-            if (p->bad_len[k] < 1) e = nv_fail(NV_EINVAL, "request: a bad word of no tokens");
-            else total += (size_t)p->bad_len[k];
-        for (size_t i = 0; e == NV_OK && i < total; i++)
-            if (p->bad_tok[i] < 0 || p->bad_tok[i] >= p->vocab_size) e = nv_fail(NV_EINVAL, "request: a bad word's token %d is outside the vocabulary", p->bad_tok[i]);
-        /* the answer's tokens: one step samples at most what max_tokens leaves, drafts included */
-        if (e == NV_OK && (!(r->bad_tok = malloc(total * sizeof(int))) || !(r->bad_len = malloc((size_t)p->n_bad * sizeof(int))) ||
-                           !(r->bad_hist = malloc(((size_t)p->max_tokens + NV_MAX_SPEC + 1) * sizeof(int)))))
-            e = nv_fail(NV_ENOMEM, "request: out of memory");
-        if (e == NV_OK) {
-            memcpy(r->bad_tok, p->bad_tok, total * sizeof(int));
-            memcpy(r->bad_len, p->bad_len, (size_t)p->n_bad * sizeof(int));
-            r->n_bad = p->n_bad;
-        }
-    }
-    if (e == NV_OK && r->think_budget >= 0) {
-        if (!(r->think_close = malloc((size_t)p->n_think_close * sizeof(int)))) e = nv_fail(NV_ENOMEM, "request: out of memory");
-        else memcpy(r->think_close, p->think_close, (size_t)p->n_think_close * sizeof(int)), r->n_think_close = p->n_think_close;
-    }
+    if (e == NV_OK) e = take_answer_rules(r, p, grammar_thinks);
     if (e != NV_OK) {
         req_free(r);
         return e;
@@ -1422,7 +1426,6 @@ static int ends_answer(const nv_sched *s, const nv_req *r, int tok) {
         if (tok == r->stop_ids[i]) return 1;
     return !r->ignore_eos && nv_tokenizer_is_eog(s->tok, tok);
 }
-
 
 /* A sampled token (lp: its log-probability record): text, stop strings, limits (loop thread, no
  * lock). The sampler has counted it already (sample_task). */
