@@ -235,6 +235,12 @@ static void test_think_serve(void) {
             "its thinking block holds the budget's 5 tokens: %s", r.body ? r.body : "");
     cJSON_Delete(j);
     resp_free(&r);
+    T_CHECK(http(s.port, "POST", "/v1/messages", NULL,
+                 "{\"model\": \"stories260K\", \"max_tokens\": 4, \"thinking\": {\"type\": \"enabled\", \"budget_tokens\": -5}, "
+                 "\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}]}",
+                 &r) && r.status == 400 && strstr(r.body, "thinking.budget_tokens"),
+            "a negative budget: %d %s", r.status, r.body ? r.body : "");
+    resp_free(&r);
     /* the Responses API's reasoning.effort and Ollama's think level reach the template: the prompt grows by "effort=high\n" */
     static const struct {
         const char *path, *plain, *effort, *count;

@@ -305,8 +305,10 @@ static int translate(const cJSON *in, int count_only, int reasoning, cJSON *out,
     if (reasoning && (!thinking || !strcmp(type->valuestring, "disabled")))
         cJSON_AddBoolToObject(cJSON_AddObjectToObject(out, "chat_template_kwargs"), "enable_thinking", 0);
     /* enabled with a budget: the think block's tokens are held to it (chat's thinking_budget_tokens) */
-    if (thinking && !strcmp(type->valuestring, "enabled") && (rc = nv_api_copy_field(thinking, out, "budget_tokens", "thinking_budget_tokens", 'i', err)))
-        return rc;
+    const cJSON *budget = thinking && !strcmp(type->valuestring, "enabled") ? nv_api_field(thinking, "budget_tokens") : NULL;
+    if (budget && !(cJSON_IsNumber(budget) && budget->valuedouble >= 0 && budget->valuedouble <= 1e9 && budget->valuedouble == floor(budget->valuedouble)))
+        return nv_api_bad(err, "thinking.budget_tokens: must be an integer >= 0");
+    if (budget) cJSON_AddNumberToObject(out, "thinking_budget_tokens", budget->valuedouble);
     const cJSON *md = nv_api_field(in, "metadata");
     if (md && !cJSON_IsObject(md)) return nv_api_bad(err, "metadata: must be an object");
     if ((rc = translate_tools(in, out, err))) return rc;
