@@ -9,14 +9,8 @@
 #include "serve/rerank.h"
 #include "t.h"
 #include "serve_util.h"
+#include "tok_util.h"
 #include "gguf_write.h"
-
-static nv_tokenizer *tok512(void) {
-    const char *z = t_data("models/tok512.bin");
-    nv_tokenizer *tok = NULL;
-    if (z && nv_tokenizer_load(z, 512, &tok) != NV_OK) T_CHECK(0, "%s", nv_errmsg());
-    return tok;
-}
 
 static int one_token(const nv_tokenizer *tok, const char *s) {
     int *ids = NULL, n = 0, id = -1;

@@ -9,13 +9,7 @@
 #include "model/think.h"
 #include "t.h"
 #include "serve_util.h"
-
-static nv_tokenizer *tok512(void) {
-    const char *z = t_data("models/tok512.bin");
-    nv_tokenizer *tok = NULL;
-    if (z && nv_tokenizer_load(z, 512, &tok) != NV_OK) T_CHECK(0, "%s", nv_errmsg());
-    return tok;
-}
+#include "tok_util.h"
 
 /* the text of ids as an answer prints them (after a token that is not BOS) */
 static void ids_text(const nv_tokenizer *tok, const int *ids, int n, nv_buf *out) {
