@@ -265,12 +265,19 @@ static void check_responses(nv_api_ctx *ctx, const char *data, size_t size) {
 /* The answer's calls and content must not depend on how the text arrives. */
 static void check_tool_parser(const char *data, size_t size) {
     static const char *const names[] = {"get_weather", "play", "a"};
-    for (int style = NV_TOOLS_HERMES; style <= NV_TOOLS_PHI4_MINI; style++) {
+    static cJSON *tools; /* the XML style's values are read by these schemas */
+    if (!tools)
+        tools = cJSON_Parse("[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":{\"type\":\"object\","
+                            "\"properties\":{\"city\":{\"type\":\"string\"},\"days\":{\"type\":\"integer\"},\"on\":{\"type\":\"boolean\"},"
+                            "\"o\":{\"anyOf\":[{\"type\":\"object\"},{\"type\":\"null\"},{\"$ref\":\"#/$defs/a\"}]}},"
+                            "\"$defs\":{\"a\":{\"$ref\":\"#/$defs/a\"}}}}},{\"type\":\"function\",\"function\":{\"name\":\"play\","
+                            "\"parameters\":{\"type\":\"object\",\"additionalProperties\":{\"type\":\"number\"}}}}]");
+    for (int style = NV_TOOLS_HERMES; style <= NV_TOOLS_XML; style++) {
         nv_buf content[2] = {{0}, {0}};
         nv_tool_call *calls[2] = {NULL, NULL};
         int n[2] = {0, 0};
         for (int bytewise = 0; bytewise < 2; bytewise++) {
-            nv_tool_parser p = {.style = (nv_tool_style)style, .names = names, .n_names = 3};
+            nv_tool_parser p = {.style = (nv_tool_style)style, .names = names, .n_names = 3, .tools = tools};
             if (bytewise)
                 for (size_t i = 0; i < size; i++) nv_tool_parser_feed(&p, data + i, 1, 0, &content[1], &calls[1], &n[1]);
             nv_tool_parser_feed(&p, bytewise ? "" : data, bytewise ? 0 : size, 1, &content[bytewise], &calls[bytewise], &n[bytewise]);
@@ -401,6 +408,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         int chat = pass > 0;
         ctx.tmpl = passes[pass];
         ctx.jinja = pass == 4 ? prog : NULL;
+        ctx.xml_tools = pass == 4; /* its calls written as XML: the tools' schemas compiled to that form */
         nv_api_request r;
         nv_api_error err;
         int rc = nv_api_parse(&ctx, chat, (const char *)data, size, &r, &err);

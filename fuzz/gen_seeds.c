@@ -632,6 +632,15 @@ static void api(void) {
         {"token_filters.json", "{\"prompt\":\"Once\",\"max_tokens\":4,\"allowed_token_ids\":[300,301],\"bad_words\":[\"girl\",\" a b\"],"
                                "\"logprobs\":1,\"return_tokens_as_token_ids\":true,\"stop_token_ids\":[2,13],\"include_stop_str_in_output\":true,"
                                "\"skip_special_tokens\":false,\"truncate_prompt_tokens\":2,\"priority\":-3}"},
+        /* tools whose calls the Jinja pass holds to the XML form: strings as they are, a pattern, lengths, a
+           reference, a number, an object; an answer that is such a call, read back by the XML parser */
+        {"tools_xml.json", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":\"required\",\"tools\":["
+                           "{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":{\"type\":\"object\","
+                           "\"properties\":{\"city\":{\"type\":\"string\",\"maxLength\":8},\"code\":{\"$ref\":\"#/$defs/c\"},"
+                           "\"days\":{\"type\":\"integer\",\"minimum\":1},\"o\":{\"type\":\"object\"},\"n\":{\"type\":[\"string\",\"null\"]}},"
+                           "\"required\":[\"city\"],\"$defs\":{\"c\":{\"type\":\"string\",\"pattern\":\"^[A-Z]{2}$\"}}}}}],"
+                           "\"content\":\"<tool_call>\\n<function=get_weather>\\n<parameter=city>\\nOslo\\n</parameter>\\n"
+                           "<parameter=days>\\n3\\n</parameter>\\n</function>\\n</tool_call>\"}"},
     };
     for (size_t i = 0; i < sizeof bodies / sizeof bodies[0]; i++)
         put("api", bodies[i][0], bodies[i][1], strlen(bodies[i][1]));

@@ -442,7 +442,8 @@ static void test_tool_call_list(void) {
                                "\"properties\":{\"toy\":{\"enum\":[\"ball\",\"car\"]}},\"required\":[\"toy\"]}}},"
                                "{\"type\":\"function\",\"function\":{\"name\":\"time\"}}]");
     nv_grammar *g = NULL;
-    const nv_call_frame list = {"arguments", "<|tool_call|>[", "]", NULL, ", "}, one = {"arguments", "<|tool_call|>[", "]", NULL, NULL};
+    const nv_call_frame list = {.args_key = "arguments", .prefix = "<|tool_call|>[", .suffix = "]", .item_sep = ", "},
+                        one = {.args_key = "arguments", .prefix = "<|tool_call|>[", .suffix = "]"};
     T_CHECK(nv_tool_calls_grammar(tools, NULL, &list, 0, 0, NULL, 0, &g) == NV_OK, "%s", nv_errmsg());
     if (g) {
         const char *good[] = {"<|tool_call|>[{\"name\": \"play\", \"arguments\": {\"toy\": \"car\"}}]",
@@ -475,7 +476,7 @@ static void test_calls_or_answer(void) {
     cJSON *answer = cJSON_Parse("{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\",\"maxLength\":5},"
                                 "\"$defs_use\":{\"$ref\":\"#/$defs/n\"}},\"required\":[\"city\"],\"additionalProperties\":false,"
                                 "\"$defs\":{\"n\":{\"type\":\"integer\"}}}");
-    const nv_call_frame hermes = {"arguments", "<tool_call>\n", "\n</tool_call>", "\n", NULL};
+    const nv_call_frame hermes = {.args_key = "arguments", .prefix = "<tool_call>\n", .suffix = "\n</tool_call>", .sep = "\n"};
     nv_grammar *g = NULL;
     T_CHECK(nv_tool_calls_grammar(tools, NULL, &hermes, 0, 0, answer, 0, &g) == NV_OK, "%s", nv_errmsg());
     if (g) {
@@ -502,6 +503,115 @@ static void test_calls_or_answer(void) {
             "a format that cannot be compiled: %s", nv_errmsg());
     cJSON_Delete(bad_answer);
     cJSON_Delete(answer);
+    cJSON_Delete(tools);
+}
+
+/* Tool calls written as XML (Qwen3-Coder's form): each parameter in its block in the schema's order,
+ * a string as it is (its enum, pattern, format and lengths held), any other value as its JSON text,
+ * a parameter that may be a string or more as any text without "</parameter>"; and the schemas the
+ * form cannot hold, refused with a reason. */
+static void test_xml_calls(void) {
+    cJSON *tools = cJSON_Parse(
+        "[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":{\"type\":\"object\",\"properties\":{"
+        "\"city\":{\"type\":\"string\"},\"days\":{\"type\":\"integer\",\"minimum\":1,\"maximum\":7},"
+        "\"unit\":{\"enum\":[\"c\",\"f\"]},\"code\":{\"$ref\":\"#/$defs/code\"},\"at\":{\"type\":\"string\",\"format\":\"date\"},"
+        "\"tag\":{\"type\":\"string\",\"minLength\":1,\"maxLength\":3},\"note\":{\"type\":[\"string\",\"null\"]},"
+        "\"opts\":{\"type\":\"object\",\"properties\":{\"hourly\":{\"type\":\"boolean\"}},\"required\":[\"hourly\"]}},"
+        "\"required\":[\"city\",\"days\"],\"$defs\":{\"code\":{\"type\":\"string\",\"pattern\":\"^[A-Z]{2}$\"}}}}},"
+        "{\"type\":\"function\",\"function\":{\"name\":\"time\"}}]");
+    const nv_call_frame xml = {.prefix = "<tool_call>\n", .suffix = "\n</tool_call>", .sep = "\n", .xml = 1};
+    nv_grammar *g = NULL;
+    T_CHECK(nv_tool_calls_grammar(tools, NULL, &xml, 0, 0, NULL, 0, &g) == NV_OK, "%s", nv_errmsg());
+    if (g) {
+        const char *good[] = {
+            "<tool_call>\n<function=get_weather>\n<parameter=city>\nOslo\n</parameter>\n<parameter=days>\n3\n</parameter>\n"
+            "</function>\n</tool_call>",
+            "<tool_call>\n<function=get_weather>\n<parameter=city>\nSan \"Jose\" <b>\nCA\n</parameter>\n<parameter=days>\n7\n"
+            "</parameter>\n<parameter=unit>\nf\n</parameter>\n<parameter=code>\nUS\n</parameter>\n<parameter=at>\n2026-12-07\n"
+            "</parameter>\n<parameter=tag>\nab\n</parameter>\n<parameter=note>\nnull\n</parameter>\n<parameter=opts>\n"
+            "{\"hourly\": true}\n</parameter>\n</function>\n</tool_call>",
+            "<tool_call>\n<function=get_weather>\n<parameter=city>\n\n</parameter>\n<parameter=days>\n1\n</parameter>\n"
+            "</function>\n</tool_call>\n<tool_call>\n<function=time>\n<parameter=any name>\n1 < 2\n</parameter>\n</function>\n"
+            "</tool_call>\n",
+            "<tool_call>\n<function=time>\n</function>\n</tool_call>"};
+        for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) T_CHECK(accepts(g, good[i]), "accepts %s", good[i]);
+        const char *bad[] = {
+            /* days missing; out of range; as a JSON string; city after days; an unknown parameter */
+            "<tool_call>\n<function=get_weather>\n<parameter=city>\nOslo\n</parameter>\n</function>\n</tool_call>",
+            "<tool_call>\n<function=get_weather>\n<parameter=city>\nOslo\n</parameter>\n<parameter=days>\n9\n</parameter>\n"
+            "</function>\n</tool_call>",
+            "<tool_call>\n<function=get_weather>\n<parameter=city>\nOslo\n</parameter>\n<parameter=days>\n\"3\"\n</parameter>\n"
+            "</function>\n</tool_call>",
+            "<tool_call>\n<function=get_weather>\n<parameter=days>\n3\n</parameter>\n<parameter=city>\nOslo\n</parameter>\n"
+            "</function>\n</tool_call>",
+            "<tool_call>\n<function=get_weather>\n<parameter=city>\nOslo\n</parameter>\n<parameter=days>\n3\n</parameter>\n"
+            "<parameter=wind>\n3\n</parameter>\n</function>\n</tool_call>",
+            /* a string that holds the closing; an enum's value as JSON; a pattern, a date, lengths broken */
+            "<tool_call>\n<function=get_weather>\n<parameter=city>\nA</parameter>B\n</parameter>\n<parameter=days>\n3\n"
+            "</parameter>\n</function>\n</tool_call>",
+            "<tool_call>\n<function=get_weather>\n<parameter=city>\nX\n</parameter>\n<parameter=days>\n3\n</parameter>\n"
+            "<parameter=unit>\n\"c\"\n</parameter>\n</function>\n</tool_call>",
+            "<tool_call>\n<function=get_weather>\n<parameter=city>\nX\n</parameter>\n<parameter=days>\n3\n</parameter>\n"
+            "<parameter=code>\nUSA\n</parameter>\n</function>\n</tool_call>",
+            "<tool_call>\n<function=get_weather>\n<parameter=city>\nX\n</parameter>\n<parameter=days>\n3\n</parameter>\n"
+            "<parameter=at>\n2026-13-07\n</parameter>\n</function>\n</tool_call>",
+            "<tool_call>\n<function=get_weather>\n<parameter=city>\nX\n</parameter>\n<parameter=days>\n3\n</parameter>\n"
+            "<parameter=tag>\nabcd\n</parameter>\n</function>\n</tool_call>",
+            "<tool_call>\n<function=get_weather>\n<parameter=city>\nX\n</parameter>\n<parameter=days>\n3\n</parameter>\n"
+            "<parameter=tag>\na<\n</parameter>\n</function>\n</tool_call>",
+            /* an object parameter breaking its schema; an unknown tool; JSON in place of XML */
+            "<tool_call>\n<function=get_weather>\n<parameter=city>\nX\n</parameter>\n<parameter=days>\n3\n</parameter>\n"
+            "<parameter=opts>\n{}\n</parameter>\n</function>\n</tool_call>",
+            "<tool_call>\n<function=fly>\n</function>\n</tool_call>",
+            "<tool_call>\n{\"name\": \"time\", \"arguments\": {}}\n</tool_call>"};
+        for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) T_CHECK(!accepts(g, bad[i]), "refuses %s", bad[i]);
+        nv_grammar_unref(g);
+    }
+    /* what a string parameter cannot be held to here is refused, naming it */
+    const char *refused[][2] = {
+        {"{\"type\":\"object\",\"properties\":{\"x\":{\"anyOf\":[{\"type\":\"string\",\"pattern\":\"a\"},{\"type\":\"integer\"}]}}}",
+         "may be a string or another value"},
+        {"{\"type\":\"object\",\"properties\":{\"a<b\":{\"type\":\"string\"}}}", "cannot be written"},
+        {"{\"anyOf\":[{\"type\":\"object\"}]}", "'anyOf' on a tool's parameters"},
+        {"{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"string\",\"pattern\":\"a\",\"maxLength\":3}}}", "beside 'pattern'"},
+        {"{\"type\":\"array\"}", "of type 'object'"}};
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        char text[512];
+        snprintf(text, sizeof text, "[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":%s}}]", refused[i][0]);
+        cJSON *t = cJSON_Parse(text);
+        T_CHECK(nv_tool_calls_grammar(t, NULL, &xml, 0, 0, NULL, 0, &g) != NV_OK && !g && strstr(nv_errmsg(), refused[i][1]),
+                "%s: %s", refused[i][0], nv_errmsg());
+        cJSON_Delete(t);
+    }
+    /* a value's kinds, which the parser reads the text by */
+    cJSON *doc = cJSON_Parse("{\"$defs\":{\"s\":{\"type\":\"string\"}}}");
+    const char *kinds[][2] = {{"{\"type\":\"string\"}", "1"}, {"{\"type\":[\"integer\",\"null\"]}", "20"}, {"{\"enum\":[\"a\",1.5]}", "3"},
+                              {"{\"$ref\":\"#/$defs/s\"}", "1"}, {"{\"anyOf\":[{\"type\":\"boolean\"},{}]}", "0"},
+                              {"{\"properties\":{}}", "32"}, {"{}", "0"}, {"{\"$ref\":\"#/nowhere\"}", "0"},
+                              {"{\"allOf\":[{\"type\":[\"string\",\"number\"]},{\"type\":\"number\"}]}", "2"}};
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
+        cJSON *s = cJSON_Parse(kinds[i][0]);
+        T_CHECK(nv_schema_kinds(s, doc) == (unsigned)atoi(kinds[i][1]), "%s: %u", kinds[i][0], nv_schema_kinds(s, doc));
+        cJSON_Delete(s);
+    }
+    cJSON_Delete(doc);
+    /* branches that multiply (8 references to the next level, 7 levels down to a string): the walk
+       stops at its limit of work and says "any" instead of taking 8^7 steps */
+    char deep[4096] = "{\"$defs\":{";
+    for (int level = 0; level < 7; level++) {
+        size_t at = strlen(deep);
+        at += (size_t)snprintf(deep + at, sizeof deep - at, "%s\"l%d\":{\"anyOf\":[", level ? "," : "", level);
+        for (int k = 0; k < 8; k++) at += (size_t)snprintf(deep + at, sizeof deep - at, "%s{\"$ref\":\"#/$defs/l%d\"}", k ? "," : "", level + 1);
+        snprintf(deep + at, sizeof deep - at, "]}");
+    }
+    strncat(deep, ",\"l7\":{\"type\":\"string\"}}}", sizeof deep - strlen(deep) - 1);
+    doc = cJSON_Parse(deep);
+    cJSON *top = cJSON_Parse("{\"allOf\":[{\"type\":\"string\"},{\"$ref\":\"#/$defs/l0\"}]}"), *near = cJSON_Parse("{\"$ref\":\"#/$defs/l6\"}");
+    T_CHECK(doc && nv_schema_kinds(top, doc) == 0 && nv_schema_kinds(near, doc) == 1, "a walk that multiplies: %u, near the end %u",
+            nv_schema_kinds(top, doc), nv_schema_kinds(near, doc));
+    cJSON_Delete(top);
+    cJSON_Delete(near);
+    cJSON_Delete(doc);
     cJSON_Delete(tools);
 }
 
@@ -550,6 +660,7 @@ int main(void) {
     T_RUN(test_mask);
     T_RUN(test_tool_call_list);
     T_RUN(test_calls_or_answer);
+    T_RUN(test_xml_calls);
     T_RUN(test_lazy);
     T_RUN(test_think);
     return t_done();

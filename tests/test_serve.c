@@ -954,6 +954,14 @@ static void template_tools(const char *model, const char *tools, const char *tmp
     T_CHECK(rc == 0, "%s tools server exit %d", tmpl, rc);
 }
 
+/* The tools of the tool-calling tests (required_calls checks calls against their schemas). */
+static const char weather_tools[] =
+    "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"description\":\"Weather\","
+    "\"parameters\":{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\",\"maxLength\":12},"
+    "\"days\":{\"type\":\"integer\",\"minimum\":1,\"maximum\":7}},\"required\":[\"city\",\"days\"]}}},"
+    "{\"type\":\"function\",\"function\":{\"name\":\"play\",\"parameters\":{\"type\":\"object\",\"properties\":"
+    "{\"toy\":{\"enum\":[\"ball\",\"car\"]}},\"required\":[\"toy\"]}}}]";
+
 /* Tool calling end to end, on a stories260K-shaped model with a 2,048-token context (the tools'
  * description alone outgrows stories260K's 512 with its 512-token vocabulary): tool_choice
  * "required" and a named tool give calls whose arguments fit the tool's schema, whole and
@@ -972,11 +980,7 @@ static void test_tool_calls(void) {
         T_CHECK(0, "the tools server did not start");
         return;
     }
-    const char *tools = "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"description\":\"Weather\","
-                        "\"parameters\":{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\",\"maxLength\":12},"
-                        "\"days\":{\"type\":\"integer\",\"minimum\":1,\"maximum\":7}},\"required\":[\"city\",\"days\"]}}},"
-                        "{\"type\":\"function\",\"function\":{\"name\":\"play\",\"parameters\":{\"type\":\"object\",\"properties\":"
-                        "{\"toy\":{\"enum\":[\"ball\",\"car\"]}},\"required\":[\"toy\"]}}}]";
+    const char *tools = weather_tools;
     char body[4096];
     const int calls_seen = required_calls(s.port, tools, 3, 0);
     T_CHECK(calls_seen >= 4, "only %d calls in 6 answers", calls_seen);
@@ -1103,6 +1107,60 @@ static void test_tool_calls(void) {
                    "<|system|><|tool|>[{\\\"name\\\": \\\"get_weather\\\", \\\"description\\\": \\\"Weather\\\"",
                    "<|user|>Play?<|end|><|assistant|><|tool_call|>[{\\\"name\\\": \\\"play\\\", \\\"arguments\\\": "
                    "{\\\"toy\\\":\\\"car\\\"}}]<|/tool_call|><|end|><|tool|>done<|end|><|assistant|>");
+}
+
+/* Calls written as XML (Qwen3-Coder's form) by a template run as Jinja that writes them so: the
+ * server reads that from the template, holds required calls to the form and the schemas (a string
+ * as it is, an integer as its digits) and gives them back as OpenAI's calls, whole and streamed; a
+ * conversation's call reaches the template with its arguments as an object. */
+static void test_xml_tool_calls(void) {
+    char model[700], args[1024], tmpl[700];
+    snprintf(model, sizeof model, "%s/tools-2k.bin", tmpdir);
+    snprintf(args, sizeof args, "init --preset stories260K --seq-len 2048 --seed 7 -o '%s'", model);
+    if (access(model, R_OK) != 0 && t_nerve(args) != 0) {
+        T_CHECK(0, "init: %s", t_err);
+        return;
+    }
+    static const char xml_template[] =
+        "{%- if tools %}<|im_start|>system\nTools:{% for t in tools %} {{ t.function.name }}{% endfor %}. Call one as "
+        "<tool_call>\n<function=NAME>\n<parameter=KEY>\nVALUE\n</parameter>\n</function>\n</tool_call><|im_end|>\n{% endif %}"
+        "{%- for m in messages %}<|im_start|>{{ m.role }}\n{% if m.tool_calls %}{% for tc in m.tool_calls %}<tool_call>\n"
+        "<function={{ tc.function.name }}>\n{% for k, v in tc.function.arguments | items %}<parameter={{ k }}>\n"
+        "{{ v if v is string else v | tojson }}\n</parameter>\n{% endfor %}</function>\n</tool_call>{% endfor %}"
+        "{% else %}{{ m.content }}{% endif %}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
+    snprintf(tmpl, sizeof tmpl, "%s", t_write("xml_tools.jinja", xml_template, sizeof xml_template - 1));
+    char flags[1024];
+    snprintf(flags, sizeof flags, "--kv-memory 64M --chat-template-file '%s' --jinja", tmpl);
+    server s;
+    if (!server_spawn(&s, "tools-xml", NULL, NULL, model, tok_path, flags, 30)) {
+        T_CHECK(0, "the XML tools server did not start");
+        return;
+    }
+    const int calls = required_calls(s.port, weather_tools, 2, 0);
+    T_CHECK(calls >= 3, "XML: only %d calls in 4 answers", calls);
+    /* a conversation's call as the template writes it: its arguments an object, each in its block */
+    char body[4096];
+    snprintf(body, sizeof body,
+             "{\"messages\":[{\"role\":\"user\",\"content\":\"Play?\"},{\"role\":\"assistant\",\"content\":\"\",\"tool_calls\":"
+             "[{\"id\":\"call_1\",\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"arguments\":"
+             "\"{\\\"city\\\":\\\"Oslo\\\",\\\"days\\\":3}\"}}]},{\"role\":\"tool\",\"tool_call_id\":\"call_1\",\"content\":\"done\"}],%s}",
+             weather_tools);
+    resp r;
+    T_CHECK(http(s.port, "POST", "/apply-template", NULL, body, &r) && r.status == 200 &&
+                strstr(r.body, "<|im_start|>assistant\\n<tool_call>\\n<function=get_weather>\\n<parameter=city>\\nOslo\\n</parameter>\\n"
+                               "<parameter=days>\\n3\\n</parameter>\\n</function>\\n</tool_call><|im_end|>"),
+            "XML apply-template: %d %s", r.status, r.body);
+    resp_free(&r);
+    /* a schema the form cannot hold is a 400 when the call is required */
+    snprintf(body, sizeof body,
+             "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\","
+             "\"parameters\":{\"type\":\"object\",\"properties\":{\"x\":{\"anyOf\":[{\"type\":\"string\",\"pattern\":\"a+\"},"
+             "{\"type\":\"integer\"}]}}}}}],\"tool_choice\":\"required\"}");
+    T_CHECK(http(s.port, "POST", "/v1/chat/completions", NULL, body, &r) && r.status == 400 && strstr(r.body, "written as XML"),
+            "XML unsupported schema: %d %s", r.status, r.body);
+    resp_free(&r);
+    const int rc = server_stop(&s);
+    T_CHECK(rc == 0, "XML tools server exit %d", rc);
 }
 
 #define NCONC 8
@@ -2807,6 +2865,7 @@ int main(void) {
     T_RUN(test_prompt_logprobs);
     T_RUN(test_embeddings);
     T_RUN(test_tool_calls);
+    T_RUN(test_xml_tool_calls);
     T_RUN(test_run_folder);
     T_RUN(test_tiny_pool_queue_429_disconnect);
     T_RUN(test_priority_order);

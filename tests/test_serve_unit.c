@@ -763,9 +763,19 @@ typedef struct {
     const char *name0, *args0;
 } tool_case;
 
+/* The tools the XML cases' values are read by (their schemas say each value's kind). */
+static const char xml_tools[] =
+    "[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":{\"type\":\"object\",\"properties\":{"
+    "\"city\":{\"type\":\"string\"},\"days\":{\"type\":\"integer\"},\"hourly\":{\"type\":\"boolean\"},"
+    "\"opts\":{\"type\":\"object\"},\"note\":{\"type\":[\"string\",\"null\"]},\"ratio\":{\"type\":\"number\"},"
+    "\"ids\":{\"$ref\":\"#/$defs/ids\"}},\"$defs\":{\"ids\":{\"type\":\"array\"}}}}},"
+    "{\"type\":\"function\",\"function\":{\"name\":\"play\",\"parameters\":{\"type\":\"object\",\"properties\":{},"
+    "\"additionalProperties\":{\"type\":\"integer\"}}}}]";
+
 static void run_tool_case(nv_tool_style style, const tool_case *c, int bytewise) {
     const char *names[] = {"get_weather", "play"};
-    nv_tool_parser p = {.style = style, .names = names, .n_names = 2};
+    cJSON *tools = style == NV_TOOLS_XML ? cJSON_Parse(xml_tools) : NULL;
+    nv_tool_parser p = {.style = style, .names = names, .n_names = 2, .tools = tools};
     nv_buf content = {0};
     nv_tool_call *calls = NULL;
     int n = 0;
@@ -790,6 +800,7 @@ static void run_tool_case(nv_tool_style style, const tool_case *c, int bytewise)
     nv_tool_calls_free(calls, n);
     nv_buf_free(&content);
     nv_tool_parser_free(&p);
+    cJSON_Delete(tools);
 }
 
 static void run_tool_cases(nv_tool_style style, const tool_case *cases, size_t n) {
@@ -847,6 +858,41 @@ static void test_tool_parser(void) {
         {"<|tool_call|>[{\"name\": \"play\"}]", "<|tool_call|>[{\"name\": \"play\"}]", 0, NULL, NULL},
     };
     run_tool_cases(NV_TOOLS_MISTRAL, mistral, sizeof mistral / sizeof mistral[0]);
+    /* Qwen3-Coder's XML: each value read as its schema admits */
+#define XC(body) "<tool_call>\n<function=get_weather>\n" body "</function>\n</tool_call>"
+#define XP(k, v) "<parameter=" k ">\n" v "\n</parameter>\n"
+    static const tool_case xml[] = {
+        {"Let me look.\n\n" XC(XP("city", "Oslo") XP("days", "3")), "Let me look.", 1, "get_weather", "{\"city\":\"Oslo\",\"days\":3}"},
+        {XC(XP("city", "\"Oslo\"")), "", 1, "get_weather", "{\"city\":\"\\\"Oslo\\\"\"}"}, /* a string as written, quotes and all */
+        {XC(XP("city", "42") XP("hourly", "True") XP("opts", "{\"a\": [1, 2]}") XP("ids", "[1, \"x\"]")), "", 1, "get_weather",
+         "{\"city\":\"42\",\"hourly\":true,\"opts\":{\"a\":[1,2]},\"ids\":[1,\"x\"]}"},
+        /* a string's own line breaks and '<' stay; only the form's one line break at each end goes */
+        {XC(XP("city", "\nSan Jose,\nCA < LA\n")), "", 1, "get_weather", "{\"city\":\"\\nSan Jose,\\nCA < LA\\n\"}"},
+        /* not of the admitted kind: a string; null where admitted; a number; unknown parameters as strings */
+        {XC(XP("days", "3.5") XP("note", "null") XP("ratio", "1e3") XP("wind", "12")), "", 1, "get_weather",
+         "{\"days\":\"3.5\",\"note\":null,\"ratio\":1000,\"wind\":\"12\"}"},
+        {XC(XP("days", "seven") XP("hourly", "yes") XP("note", "none")), "", 1, "get_weather",
+         "{\"days\":\"seven\",\"hourly\":\"yes\",\"note\":\"none\"}"},
+        /* a parameter written twice is the last; additionalProperties' schema reads the others */
+        {XC(XP("city", "A") XP("city", "B")), "", 1, "get_weather", "{\"city\":\"B\"}"},
+        {"<tool_call>\n<function=play>\n" XP("speed", "5") "</function>\n</tool_call>\n<tool_call>\n<function=play>\n</function>\n"
+         "</tool_call>",
+         "", 2, "play", "{\"speed\":5}"},
+        /* Hermes's JSON in the same blocks; the closing of the block missing at the end */
+        {"<tool_call>\n{\"name\": \"play\", \"arguments\": {}}\n</tool_call>", "", 1, "play", "{}"},
+        {"<tool_call>\n<function=play>\n</function>", "", 1, "play", "{}"},
+        /* not calls: an unknown tool, no </function>, text after it, a parameter without its closing, no name */
+        {"<tool_call>\n<function=fly>\n</function>\n</tool_call>", "<tool_call>\n<function=fly>\n</function>\n</tool_call>", 0, NULL, NULL},
+        {"<tool_call>\n<function=play>\n</tool_call> B", "<tool_call>\n<function=play>\n</tool_call> B", 0, NULL, NULL},
+        {"<tool_call><function=play></function> x</tool_call>", "<tool_call><function=play></function> x</tool_call>", 0, NULL, NULL},
+        {"<tool_call><function=play><parameter=a>1</function></tool_call>", "<tool_call><function=play><parameter=a>1</function></tool_call>",
+         0, NULL, NULL},
+        {"<tool_call><function=play><parameter=>1</parameter></function></tool_call>",
+         "<tool_call><function=play><parameter=>1</parameter></function></tool_call>", 0, NULL, NULL},
+    };
+#undef XC
+#undef XP
+    run_tool_cases(NV_TOOLS_XML, xml, sizeof xml / sizeof xml[0]);
     /* streamed: content is never taken back: what is given before the end stays given */
     const char *names[] = {"play"};
     nv_tool_parser p = {.style = NV_TOOLS_HERMES, .names = names, .n_names = 1};

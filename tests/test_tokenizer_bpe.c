@@ -145,7 +145,7 @@ static void test_specials_and_decode(void) {
        opens with that text takes the token itself (not only its bytes); ends, others and unknown texts are refused */
     cJSON *tools = cJSON_Parse("[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]");
     nv_grammar *g = NULL;
-    const nv_call_frame frame = {"arguments", "<|im_start|>[", "]", NULL, NULL};
+    const nv_call_frame frame = {.args_key = "arguments", .prefix = "<|im_start|>[", .suffix = "]"};
     T_CHECK(nv_tool_calls_grammar(tools, NULL, &frame, 0, 0, NULL, 0, &g) == NV_OK, "%s", nv_errmsg());
     cJSON_Delete(tools);
     uint8_t opens[2] = {0, 0};

@@ -583,6 +583,7 @@ void nv_api_tools_free(nv_api_tools *t) {
     if (!t) return;
     for (int i = 0; i < t->n; i++) free(t->names[i]);
     free(t->names);
+    cJSON_Delete(t->tools);
     free(t);
 }
 
@@ -601,18 +602,22 @@ static const char *tool_name(const cJSON *tool) {
 }
 
 /* The grammar of tool calls: Hermes: <tool_call>\n{"name": NAME, "arguments": ARGS}\n</tool_call>,
- * with parallel more after newlines; Llama 3: {"name": NAME, "parameters": ARGS}; Granite:
+ * with parallel more after newlines (XML: <tool_call>\n<function=NAME>\n...</function>\n</tool_call>); Llama 3: {"name": NAME, "parameters": ARGS}; Granite:
  * <|tool_call|>[{"name": NAME, "arguments": ARGS}], Mistral: [TOOL_CALLS] [{...}], with parallel
  * more in the list. ARGS follows the tool's parameters schema. */
 static nv_err calls_grammar(const cJSON *tools, const char *only, nv_tool_style style, int parallel, int skip_bad,
                             int think, const nv_api_request *format, nv_grammar **out) {
-    const char *list_sep = parallel ? ", " : NULL; /* Granite's and Mistral's calls: one list */
-    const nv_call_frame frame = style == NV_TOOLS_LLAMA3    ? (nv_call_frame){"parameters", "", "", NULL, NULL}
-                                : style == NV_TOOLS_GRANITE || style == NV_TOOLS_PHI4_MINI
-                                    ? (nv_call_frame){"arguments", NV_GRANITE_CALLS, "]", NULL, list_sep}
-                                : style == NV_TOOLS_MISTRAL ? (nv_call_frame){"arguments", NV_MISTRAL_CALLS, "]", NULL, list_sep}
-                                                            : (nv_call_frame){"arguments", "<tool_call>\n", "\n</tool_call>",
-                                                                              parallel ? "\n" : NULL, NULL};
+    const int list = style == NV_TOOLS_GRANITE || style == NV_TOOLS_PHI4_MINI || style == NV_TOOLS_MISTRAL;
+    const nv_call_frame frame = style == NV_TOOLS_LLAMA3 ? (nv_call_frame){.args_key = "parameters", .prefix = "", .suffix = ""}
+                                : list ? (nv_call_frame){.args_key = "arguments",
+                                                         .prefix = style == NV_TOOLS_MISTRAL ? NV_MISTRAL_CALLS : NV_GRANITE_CALLS,
+                                                         .suffix = "]",
+                                                         .item_sep = parallel ? ", " : NULL} /* one list */
+                                       : (nv_call_frame){.args_key = "arguments",
+                                                         .prefix = "<tool_call>\n",
+                                                         .suffix = "\n</tool_call>",
+                                                         .sep = parallel ? "\n" : NULL,
+                                                         .xml = style == NV_TOOLS_XML};
     return nv_tool_calls_grammar(tools, only, &frame, skip_bad, think, format ? format->format_schema : NULL,
                                  format && format->format_object, out);
 }
@@ -732,7 +737,7 @@ static int parse_tools(const nv_api_ctx *ctx, const cJSON *root, nv_api_request 
             return err->status;
         }
     }
-    const nv_tool_style style = nv_chat_tool_style(ctx->tmpl);
+    const nv_tool_style style = ctx->xml_tools ? NV_TOOLS_XML : nv_chat_tool_style(ctx->tmpl);
     int n = cJSON_GetArraySize(tools);
     nv_api_tools *at = calloc(1, sizeof *at);
     if (!at || !(at->names = calloc((size_t)n, sizeof *at->names)) || !(out->tool_json = calloc((size_t)n + 1, sizeof(char *)))) {
@@ -741,6 +746,7 @@ static int parse_tools(const nv_api_ctx *ctx, const cJSON *root, nv_api_request 
     }
     out->tools = at;
     at->style = style;
+    if (style == NV_TOOLS_XML && !(at->tools = cJSON_Duplicate(tools, 1))) return nv_api_oom(err); /* values read by their schemas */
     int i = 0;
     for (const cJSON *t = tools->child; t; t = t->next, i++) {
         out->tool_json[i] = tool_text(t, nv_chat_tool_text_style(ctx->tmpl, ctx->jinja));
@@ -774,7 +780,7 @@ static int parse_tools(const nv_api_ctx *ctx, const cJSON *root, nv_api_request 
                                                             : "<tool_call>";
         out->req.lazy_at_start = style == NV_TOOLS_LLAMA3;
         /* Llama 3's call is the whole answer, Granite's and Mistral's list the rest of it */
-        out->req.lazy_ends = style != NV_TOOLS_HERMES || !parallel;
+        out->req.lazy_ends = (style != NV_TOOLS_HERMES && style != NV_TOOLS_XML) || !parallel;
         out->req.lazy_think = out->reasoning; /* a call begins after the model's think block */
     }
     return 0;

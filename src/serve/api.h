@@ -51,6 +51,7 @@ typedef struct {
     int dim;       /* the model's width: an embedding's length */
     nv_adapters *adapters; /* LoRA adapters a request's 'model' may name (NULL: none) */
     const nv_jinja *jinja; /* the model's template, run (nv_chat_opts.jinja); NULL: tmpl's renderer */
+    int xml_tools; /* that template writes tool calls as XML (nv_chat_jinja_tool_style): answers are read and held so */
 } nv_api_ctx;
 
 
@@ -62,6 +63,7 @@ typedef struct {
     nv_tool_style style;
     int n;
     char **names;
+    cJSON *tools; /* XML style: the request's tools, whose schemas say how each parameter's text is read */
 } nv_api_tools;
 void nv_api_tools_free(nv_api_tools *t);
 

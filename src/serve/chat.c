@@ -63,6 +63,10 @@ nv_tool_style nv_chat_tool_style(nv_chat_template t) {
                                   : NV_TOOLS_HERMES;
 }
 
+nv_tool_style nv_chat_jinja_tool_style(nv_chat_template t, const char *jinja_text) {
+    return jinja_text && strstr(jinja_text, "<function=") && strstr(jinja_text, "<parameter=") ? NV_TOOLS_XML : nv_chat_tool_style(t);
+}
+
 const char *nv_chat_tool_token(nv_chat_template t) {
     return t == NV_CHAT_GRANITE || t == NV_CHAT_PHI4_MINI ? NV_GRANITE_TOOL_CALL : t == NV_CHAT_MISTRAL ? NV_MISTRAL_TOOL_CALLS : NULL;
 }

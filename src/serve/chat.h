@@ -117,8 +117,14 @@ typedef struct {
 /* The tool calls' wire format of a template. */
 /* Phi-4-mini's calls are Granite's list after the same marker (its vocabulary's control token, then
  * closed by <|/tool_call|>); its tools are their functions on one line. */
-typedef enum { NV_TOOLS_HERMES = 0, NV_TOOLS_LLAMA3, NV_TOOLS_GRANITE, NV_TOOLS_MISTRAL, NV_TOOLS_PHI4_MINI } nv_tool_style;
+/* XML: Qwen3-Coder's (and Qwen3.5's) calls, each <tool_call>\n<function=NAME>\n<parameter=KEY>\nVALUE\n
+ * </parameter>\n...</function>\n</tool_call>, a string VALUE as it is and any other as its JSON text; only a
+ * template run as Jinja writes them (nv_chat_jinja_tool_style). */
+typedef enum { NV_TOOLS_HERMES = 0, NV_TOOLS_LLAMA3, NV_TOOLS_GRANITE, NV_TOOLS_MISTRAL, NV_TOOLS_PHI4_MINI, NV_TOOLS_XML } nv_tool_style;
 nv_tool_style nv_chat_tool_style(nv_chat_template t);
+/* The calls' format of a template run as Jinja whose text is jinja_text: XML where the text writes
+ * "<function=" and "<parameter=" (as Qwen3-Coder's does), else t's. */
+nv_tool_style nv_chat_jinja_tool_style(nv_chat_template t, const char *jinja_text);
 /* The form a template is given each tool's text in (nv_chat_opts.tools): a template run as Jinja gets
  * each tool whole (Hermes's one line: its variables are parsed back from it), a renderer its own form. */
 nv_tool_style nv_chat_tool_text_style(nv_chat_template t, const nv_jinja *jinja);

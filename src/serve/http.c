@@ -421,7 +421,7 @@ static int route_is_post(route_id r) {
 static answer_split split_init(int reasoning, int think_open, const nv_api_tools *t) {
     answer_split a = {.reasoning = reasoning, .tools = t != NULL};
     if (think_open) a.think.state = NV_THINK_IN;
-    if (t) a.tp = (nv_tool_parser){.style = t->style, .names = (const char *const *)t->names, .n_names = t->n};
+    if (t) a.tp = (nv_tool_parser){.style = t->style, .names = (const char *const *)t->names, .n_names = t->n, .tools = t->tools};
     return a;
 }
 

@@ -34,6 +34,7 @@ typedef struct {
     int n_refs, cap_refs;
     int depth;
     int think; /* a reasoning model's <think>...</think> block may come first */
+    int xml_text; /* a parameter's free text in a tool call written as XML (-1: not made yet) */
     nv_err err;
 } sc;
 
@@ -456,13 +457,11 @@ static long count_kw(sc *c, const cJSON *s, const char *key, long def) {
     return (long)v->valuedouble;
 }
 
-/* Follows a "#..." reference (JSON pointer, with ~0 ~1 escapes) in the document. */
-static const cJSON *resolve(sc *c, const char *ref) {
-    if (ref[0] != '#') {
-        fail(c, NV_EUNSUPPORTED, "'$ref': '%.100s' is not supported (only references into the schema itself, '#...')", ref);
-        return NULL;
-    }
-    const cJSON *at = c->doc;
+/* Follows a "#..." reference (JSON pointer, with ~0 ~1 escapes) in doc: 0 and *at, 1 when ref is
+ * not "#...", 2 when a name in it is longer than 255 bytes, 3 when it points nowhere in doc. */
+static int json_pointer(const cJSON *doc, const char *ref, const cJSON **at_out) {
+    if (ref[0] != '#') return 1;
+    const cJSON *at = doc;
     const char *p = ref + 1;
     while (*p) {
         if (*p != '/') break;
@@ -477,10 +476,7 @@ static const cJSON *resolve(sc *c, const char *ref) {
                 ch = (char)strtol(hx, NULL, 16);
                 p += 2;
             }
-            if (n + 1 >= sizeof key) {
-                fail(c, NV_EUNSUPPORTED, "'$ref': '%.100s' has a name longer than 255 bytes", ref);
-                return NULL;
-            }
+            if (n + 1 >= sizeof key) return 2;
             key[n++] = ch;
         }
         key[n] = '\0';
@@ -493,8 +489,20 @@ static const cJSON *resolve(sc *c, const char *ref) {
         }
         if (!at) break;
     }
-    if (!at || *p) fail(c, NV_EINVAL, "'$ref': '%.100s' does not point into the schema", ref);
-    return *p ? NULL : at;
+    if (!at || *p) return 3;
+    *at_out = at;
+    return 0;
+}
+
+static const cJSON *resolve(sc *c, const char *ref) {
+    const cJSON *at = NULL;
+    switch (json_pointer(c->doc, ref, &at)) {
+    case 0: return at;
+    case 1: fail(c, NV_EUNSUPPORTED, "'$ref': '%.100s' is not supported (only references into the schema itself, '#...')", ref); break;
+    case 2: fail(c, NV_EUNSUPPORTED, "'$ref': '%.100s' has a name longer than 255 bytes", ref); break;
+    default: fail(c, NV_EINVAL, "'$ref': '%.100s' does not point into the schema", ref);
+    }
+    return NULL;
 }
 
 static int gen_ref(sc *c, const char *ref) {
@@ -1096,8 +1104,9 @@ static int of_type(const cJSON *v, const cJSON *type) {
 #define MAX_ENUM_TEXT 4096
 #define MAX_ANY_OF 128
 
-/* enum (or const: a list of one), each value written exactly as cJSON prints it. */
-static int gen_enum(sc *c, const cJSON *list, const cJSON *type, const char *key) {
+/* enum (or const: a list of one), each value written exactly as cJSON prints it (raw: each a string,
+ * written as it is, not as JSON). */
+static int gen_enum(sc *c, const cJSON *list, const cJSON *type, const char *key, int raw) {
     int n = cJSON_GetArraySize(list);
     char **lits = calloc((size_t)n, sizeof *lits);
     if (!lits) return fail(c, NV_ENOMEM, "out of memory");
@@ -1107,7 +1116,13 @@ static int gen_enum(sc *c, const cJSON *list, const cJSON *type, const char *key
             fail(c, NV_EINVAL, "a value of '%s' is not of the schema's 'type'", key);
             break;
         }
-        if (!(lits[k] = cJSON_PrintUnformatted(e))) fail(c, NV_ENOMEM, "out of memory");
+        if (raw && !cJSON_IsString(e)) {
+            fail(c, NV_EINVAL, "a value of '%s' is not a string", key);
+            break;
+        }
+        if (raw && (lits[k] = cJSON_malloc(strlen(e->valuestring) + 1))) strcpy(lits[k], e->valuestring);
+        else if (!raw) lits[k] = cJSON_PrintUnformatted(e);
+        if (!lits[k]) fail(c, NV_ENOMEM, "out of memory");
         else if (strlen(lits[k++]) > MAX_ENUM_TEXT) fail(c, NV_EUNSUPPORTED, "'%s' values longer than 4096 bytes are not supported", key);
     }
     if (c->err == NV_OK) {
@@ -1193,11 +1208,11 @@ static int gen(sc *c, const cJSON *s) {
     } else if (branch && !strcmp(branch, "const")) {
         cJSON *one = cJSON_CreateArray();
         if (!one || !cJSON_AddItemReferenceToArray(one, cJSON_GetObjectItemCaseSensitive(s, "const"))) r = fail(c, NV_ENOMEM, "out of memory");
-        else r = gen_enum(c, one, type, "const");
+        else r = gen_enum(c, one, type, "const", 0);
         cJSON_Delete(one);
     } else if (branch && !strcmp(branch, "enum")) {
         const cJSON *en = cJSON_GetObjectItemCaseSensitive(s, "enum");
-        r = cJSON_IsArray(en) && en->child ? gen_enum(c, en, type, "enum") : fail(c, NV_EINVAL, "'enum' must be a non-empty array");
+        r = cJSON_IsArray(en) && en->child ? gen_enum(c, en, type, "enum", 0) : fail(c, NV_EINVAL, "'enum' must be a non-empty array");
     } else if (branch && !strcmp(branch, "allOf")) {
         const cJSON *all = cJSON_GetObjectItemCaseSensitive(s, "allOf");
         if (!cJSON_IsArray(all) || cJSON_GetArraySize(all) != 1)
@@ -1232,30 +1247,29 @@ static int gen(sc *c, const cJSON *s) {
     return r;
 }
 
-/* root ::= ws T */
-/* A reasoning model's block before the answer: nothing, or "<think>", any text in which
- * "</think>" does not occur, "</think>" and a newline or not. The text is a small automaton (state
- * k: the last k bytes are the first k of "</think>"), so no stack grows while the model thinks. */
-int nv_think_block_rule(nv_gbuild *b) {
-    static const char close[] = "</think>";
-    const int L = (int)sizeof close - 1;
-    int st[8];
+/* Any text in which close does not occur (its first byte occurs in it only there), as a small
+ * automaton (state k: the last k bytes are the first k of close), so no stack grows however long
+ * the text; no NUL. */
+static int text_without(nv_gbuild *b, const char *close) {
+    const int L = (int)strlen(close); /* 2 to 32 bytes */
+    int st[32] = {0};
     for (int k = 0; k < L; k++) st[k] = nv_gbuild_reserve(b);
+    const unsigned lt = (unsigned char)close[0];
     for (int k = 0; k < L; k++) {
         nv_gbody body = {0};
         uint8_t other[32];
         memset(other, 0xFF, sizeof other);
         other[0] &= (uint8_t)~1u; /* no NUL */
-        const unsigned next = (unsigned char)close[k], lt = '<';
+        const unsigned next = (unsigned char)close[k];
         other[next >> 3] &= (uint8_t)~(1u << (next & 7));
         other[lt >> 3] &= (uint8_t)~(1u << (lt & 7));
         nv_gbody_alt(&body); /* the text may end here */
-        if (k + 1 < L) { /* one more byte of "</think>" (its last would complete it: not in the text) */
+        if (k + 1 < L) { /* one more byte of close (its last would complete it: not in the text) */
             nv_gbody_range(b, &body, next, next);
             nv_gbody_ref(&body, st[k + 1]);
             nv_gbody_alt(&body);
         }
-        if (next != lt) { /* '<' starts it over */
+        if (next != lt) { /* its first byte starts it over */
             nv_gbody_range(b, &body, lt, lt);
             nv_gbody_ref(&body, st[1]);
             nv_gbody_alt(&body);
@@ -1264,18 +1278,292 @@ int nv_think_block_rule(nv_gbuild *b) {
         nv_gbody_ref(&body, st[0]);
         nv_gbuild_define(b, st[k], &body);
     }
+    return st[0];
+}
+
+/* A reasoning model's block before the answer: nothing, or "<think>", any text in which
+ * "</think>" does not occur, "</think>" and a newline or not. */
+int nv_think_block_rule(nv_gbuild *b) {
+    static const char close[] = "</think>";
+    const int text = text_without(b, close);
     nv_gbody body = {0};
     nv_gbody_alt(&body);
     nv_gbody_lit(b, &body, "\n", 1);
     int blank = nv_gbuild_add(b, &body);
     nv_gbody_alt(&body);
     nv_gbody_lit(b, &body, "<think>", 7);
-    nv_gbody_ref(&body, st[0]);
-    nv_gbody_lit(b, &body, close, (size_t)L);
+    nv_gbody_ref(&body, text);
+    nv_gbody_lit(b, &body, close, sizeof close - 1);
     nv_gbody_ref(&body, blank);
     return nv_gbuild_add(b, &body);
 }
 
+/* ---- the kinds of value a schema admits; tool calls' parameters written as XML ---- */
+
+static unsigned value_kinds(const cJSON *v) {
+    if (cJSON_IsString(v)) return NV_KIND_STRING;
+    if (cJSON_IsNumber(v)) return NV_KIND_NUMBER | (v->valuedouble == floor(v->valuedouble) ? NV_KIND_INTEGER : 0u);
+    if (cJSON_IsBool(v)) return NV_KIND_BOOLEAN;
+    if (cJSON_IsNull(v)) return NV_KIND_NULL;
+    return cJSON_IsObject(v) ? NV_KIND_OBJECT : cJSON_IsArray(v) ? NV_KIND_ARRAY : 0u;
+}
+
+static unsigned type_kinds(const cJSON *type) {
+    static const char *const names[] = {"string", "number", "integer", "boolean", "null", "object", "array"};
+    unsigned k = 0;
+    for (const cJSON *t = cJSON_IsArray(type) ? type->child : type; t; t = cJSON_IsArray(type) ? t->next : NULL)
+        for (unsigned i = 0; i < COUNT(names); i++)
+            if (cJSON_IsString(t) && !strcmp(t->valuestring, names[i])) k |= 1u << i;
+    return k;
+}
+
+/* A schema's kinds and string_bound walk its references and branches: at most this deep, and this
+ * many schemas looked at (an untrusted schema's branches could otherwise multiply without end). */
+#define KINDS_DEPTH 16
+#define KINDS_WORK 4096
+
+static unsigned kinds_walk(const cJSON *s, const cJSON *doc, int depth, int *work) {
+    if (!cJSON_IsObject(s) || depth > KINDS_DEPTH || --*work < 0) return 0;
+    const cJSON *ref = cJSON_GetObjectItemCaseSensitive(s, "$ref"), *at = NULL;
+    if (cJSON_IsString(ref)) return json_pointer(doc, ref->valuestring, &at) ? 0 : kinds_walk(at, doc, depth + 1, work);
+    const cJSON *cst = cJSON_GetObjectItemCaseSensitive(s, "const"), *en = cJSON_GetObjectItemCaseSensitive(s, "enum");
+    if (cst) return value_kinds(cst);
+    unsigned k = 0;
+    if (cJSON_IsArray(en) && en->child) {
+        for (const cJSON *e = en->child; e; e = e->next) k |= value_kinds(e);
+        return k;
+    }
+    const cJSON *any = cJSON_GetObjectItemCaseSensitive(s, "anyOf"), *one = cJSON_GetObjectItemCaseSensitive(s, "oneOf");
+    const cJSON *all = cJSON_GetObjectItemCaseSensitive(s, "allOf");
+    const cJSON *alts = cJSON_IsArray(any) && any->child ? any : one;
+    if (cJSON_IsArray(alts) && alts->child) { /* any of them: a branch that says nothing admits anything */
+        for (const cJSON *e = alts->child; e; e = e->next) {
+            unsigned ke = kinds_walk(e, doc, depth + 1, work);
+            if (!ke) return 0;
+            k |= ke;
+        }
+        return k;
+    }
+    if (cJSON_IsArray(all) && all->child) { /* all of them: what each admits */
+        k = ~0u;
+        for (const cJSON *e = all->child; e; e = e->next) {
+            unsigned ke = kinds_walk(e, doc, depth + 1, work);
+            if (ke) k &= ke;
+        }
+        return k == ~0u ? 0 : k;
+    }
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(s, "type");
+    if (type) return type_kinds(type);
+    for (size_t i = 0; i < COUNT(object_keys); i++)
+        if (cJSON_GetObjectItemCaseSensitive(s, object_keys[i])) return NV_KIND_OBJECT;
+    for (size_t i = 0; i < COUNT(array_keys); i++)
+        if (cJSON_GetObjectItemCaseSensitive(s, array_keys[i])) return NV_KIND_ARRAY;
+    return 0;
+}
+
+/* 0 (any) where the walk ran out of work. */
+static unsigned kinds(const cJSON *s, const cJSON *doc) {
+    int work = KINDS_WORK;
+    unsigned k = kinds_walk(s, doc, 0, &work);
+    return work < 0 ? 0 : k;
+}
+
+unsigned nv_schema_kinds(const cJSON *schema, const cJSON *doc) { return kinds(schema, doc); }
+
+/* 1 when s holds what strings it admits to more than any text: a pattern, a format, lengths, listed
+ * values (or the walk ran out of work: not known to be free). */
+static int string_bound(const cJSON *s, const cJSON *doc, int depth, int *work) {
+    if (--*work < 0) return 1;
+    if (!cJSON_IsObject(s) || depth > KINDS_DEPTH) return 0;
+    const cJSON *ref = cJSON_GetObjectItemCaseSensitive(s, "$ref"), *at = NULL;
+    if (cJSON_IsString(ref)) return !json_pointer(doc, ref->valuestring, &at) && string_bound(at, doc, depth + 1, work);
+    if (cJSON_GetObjectItemCaseSensitive(s, "pattern") || cJSON_GetObjectItemCaseSensitive(s, "minLength") ||
+        cJSON_GetObjectItemCaseSensitive(s, "maxLength") ||
+        (cJSON_GetObjectItemCaseSensitive(s, "format") && (type_kinds(cJSON_GetObjectItemCaseSensitive(s, "type")) & NV_KIND_STRING)))
+        return 1;
+    if (cJSON_GetObjectItemCaseSensitive(s, "const") || cJSON_GetObjectItemCaseSensitive(s, "enum"))
+        return (kinds(s, doc) & NV_KIND_STRING) != 0;
+    const char *const branches[] = {"anyOf", "oneOf", "allOf"};
+    for (size_t i = 0; i < COUNT(branches); i++) {
+        const cJSON *l = cJSON_GetObjectItemCaseSensitive(s, branches[i]);
+        for (const cJSON *e = cJSON_IsArray(l) ? l->child : NULL; e; e = e->next)
+            if (string_bound(e, doc, depth + 1, work)) return 1;
+    }
+    return 0;
+}
+
+#define XML_PARAM_CLOSE "</parameter>"
+
+/* A parameter's free text: any in which "</parameter>" does not occur. */
+static int xml_text(sc *c) {
+    if (c->xml_text < 0) c->xml_text = text_without(c->b, XML_PARAM_CLOSE);
+    return c->xml_text;
+}
+
+/* A character of a string parameter held to lengths: any but '<' (so that a string never holds
+ * "</parameter>", which would end it) and control characters other than tab and line breaks. */
+static int raw_char(sc *c) {
+    nv_gbody body = {0};
+    uint8_t bits[32] = {0};
+    for (unsigned x = '\t'; x < 0x80; x++)
+        if (x != '<' && (x >= 0x20 || x == '\t' || x == '\n' || x == '\r')) bits[x >> 3] |= (uint8_t)(1u << (x & 7));
+    nv_gbody_set(c->b, &body, bits);
+    nv_gbody_alt(&body);
+    utf8_multibyte(c, &body, 0);
+    return nv_gbuild_add(c->b, &body);
+}
+
+/* The values of a schema that admits only strings, each written as it is (not as a JSON string). */
+static int raw_string(sc *c, const cJSON *s) {
+    if (c->err != NV_OK) return 0;
+    if (c->depth >= MAX_DEPTH) return fail(c, NV_EINVAL, "the schema nests deeper than %s levels", "64");
+    for (const cJSON *k = s->child; k; k = k->next)
+        if (!in_list(k->string, known_keys, COUNT(known_keys)) && !in_list(k->string, ignored_keys, COUNT(ignored_keys)))
+            return fail(c, NV_EUNSUPPORTED, "'%.60s' is not supported in a schema", k->string);
+    const cJSON *ref = cJSON_GetObjectItemCaseSensitive(s, "$ref"), *cst = cJSON_GetObjectItemCaseSensitive(s, "const");
+    const cJSON *en = cJSON_GetObjectItemCaseSensitive(s, "enum"), *all = cJSON_GetObjectItemCaseSensitive(s, "allOf");
+    const cJSON *alts = cJSON_GetObjectItemCaseSensitive(s, "anyOf");
+    if (!alts) alts = cJSON_GetObjectItemCaseSensitive(s, "oneOf");
+    int r;
+    c->depth++;
+    if (cJSON_IsString(ref)) {
+        const cJSON *target = resolve(c, ref->valuestring);
+        r = target ? raw_string(c, target) : 0;
+    } else if (cst) {
+        cJSON *list = cJSON_CreateArray();
+        if (!list || !cJSON_AddItemReferenceToArray(list, cJSON_GetObjectItemCaseSensitive(s, "const"))) r = fail(c, NV_ENOMEM, "out of memory");
+        else r = gen_enum(c, list, NULL, "const", 1);
+        cJSON_Delete(list);
+    } else if (en) {
+        r = gen_enum(c, en, NULL, "enum", 1);
+    } else if (cJSON_IsArray(all) && cJSON_GetArraySize(all) == 1) {
+        r = raw_string(c, all->child);
+    } else if (cJSON_IsArray(alts) && alts->child) {
+        nv_gbody body = {0};
+        for (const cJSON *e = alts->child; e; e = e->next) {
+            if (e != alts->child) nv_gbody_alt(&body);
+            nv_gbody_ref(&body, raw_string(c, e));
+        }
+        r = nv_gbuild_add(c->b, &body);
+    } else if (all) {
+        r = fail(c, NV_EUNSUPPORTED, "'allOf' with other than one schema is not supported");
+    } else {
+        const cJSON *pat = cJSON_GetObjectItemCaseSensitive(s, "pattern"), *fmt = cJSON_GetObjectItemCaseSensitive(s, "format");
+        int nullable;
+        rx x = {c, pat ? cJSON_GetStringValue(pat) : NULL, NULL, 0, 1};
+        const int lengths = cJSON_GetObjectItemCaseSensitive(s, "minLength") || cJSON_GetObjectItemCaseSensitive(s, "maxLength");
+        const long min = count_kw(c, s, "minLength", 0), max = count_kw(c, s, "maxLength", -1);
+        if ((pat || fmt) && lengths)
+            r = fail(c, NV_EUNSUPPORTED, "'minLength' and 'maxLength' beside 'pattern' or 'format' are not supported");
+        else if (pat && fmt)
+            r = fail(c, NV_EUNSUPPORTED, "'pattern' with 'format' is not supported");
+        else if (max >= 0 && max < min)
+            r = fail(c, NV_EINVAL, "'maxLength' is below 'minLength'");
+        else if (lengths)
+            r = repeat(c, raw_char(c), min, max);
+        else if (pat && !x.p)
+            r = fail(c, NV_EINVAL, "'pattern' must be a string");
+        else if (pat && strlen(x.p) > 1000)
+            r = fail(c, NV_EUNSUPPORTED, "'pattern' longer than 1000 bytes is not supported");
+        else if (pat) {
+            x.end = x.p + strlen(x.p);
+            r = rx_alt(&x, 1, &nullable);
+            if (c->err == NV_OK && x.p != x.end) r = fail(c, NV_EUNSUPPORTED, "'pattern': a ')' without its '('");
+        } else if (fmt)
+            r = cJSON_IsString(fmt) ? format_rule(c, fmt->valuestring) : fail(c, NV_EINVAL, "'format' must be a string");
+        else
+            r = xml_text(c);
+    }
+    c->depth--;
+    return r;
+}
+
+/* A parameter's value: a string as it is; any other value as its JSON text; where the schema admits
+ * strings and more (or does not say), any text (read back as one of the others where it is one). */
+static int xml_value(sc *c, const cJSON *s) {
+    const unsigned k = kinds(s, c->doc);
+    int work = KINDS_WORK;
+    if (k && !(k & NV_KIND_STRING)) return gen(c, s);
+    if (k == NV_KIND_STRING) return raw_string(c, s);
+    if (string_bound(s, c->doc, 0, &work))
+        return fail(c, NV_EUNSUPPORTED, "a parameter that may be a string or another value, its strings held to a pattern, "
+                                        "a format, lengths or listed values, is not supported in tool calls written as XML");
+    return xml_text(c);
+}
+
+/* <parameter=NAME>\nVALUE\n</parameter>\n (name: NULL: any name the form can carry). */
+static int xml_param(sc *c, const char *name, int value) {
+    if (name && (!*name || strpbrk(name, "<>\r\n")))
+        return fail(c, NV_EUNSUPPORTED, "a parameter named '%.60s' cannot be written in a tool call as XML", name);
+    nv_gbody body = {0};
+    nv_gbody_lit(c->b, &body, "<parameter=", 11);
+    if (name) {
+        nv_gbody_lit(c->b, &body, name, strlen(name));
+    } else {
+        uint8_t bits[32];
+        memset(bits, 0xFF, sizeof bits);
+        static const unsigned char not_in_name[] = {0, '<', '>', '\r', '\n'};
+        for (size_t i = 0; i < sizeof not_in_name; i++) bits[not_in_name[i] >> 3] &= (uint8_t)~(1u << (not_in_name[i] & 7));
+        nv_gbody nb = {0};
+        nv_gbody_set(c->b, &nb, bits);
+        nv_gbody_ref(&body, repeat(c, nv_gbuild_add(c->b, &nb), 1, -1));
+    }
+    nv_gbody_lit(c->b, &body, ">\n", 2);
+    nv_gbody_ref(&body, value);
+    nv_gbody_lit(c->b, &body, "\n" XML_PARAM_CLOSE "\n", sizeof XML_PARAM_CLOSE + 1);
+    return nv_gbuild_add(c->b, &body);
+}
+
+/* A tool's arguments written as XML: its parameters schema's properties in their order (those not
+ * required may be left out), each in its <parameter=...> block; without properties, any names. */
+static int xml_params(sc *c, const cJSON *params) {
+    static const char *const keys[] = {"type", "properties", "required", "additionalProperties"};
+    if (!params || cJSON_IsNull(params) || cJSON_IsTrue(params)) return repeat(c, xml_param(c, NULL, xml_text(c)), 0, -1);
+    if (!cJSON_IsObject(params)) return fail(c, NV_EINVAL, "a tool's parameters must be a schema object");
+    for (const cJSON *k = params->child; k; k = k->next)
+        if (!in_list(k->string, keys, COUNT(keys)) && !in_list(k->string, ignored_keys, COUNT(ignored_keys)))
+            return fail(c, NV_EUNSUPPORTED, "'%.60s' on a tool's parameters is not supported in tool calls written as XML "
+                                            "(an object's 'properties' are)", k->string);
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(params, "type"), *props = cJSON_GetObjectItemCaseSensitive(params, "properties");
+    const cJSON *req = cJSON_GetObjectItemCaseSensitive(params, "required"), *add = cJSON_GetObjectItemCaseSensitive(params, "additionalProperties");
+    if (type && type_kinds(type) != NV_KIND_OBJECT) return fail(c, NV_EINVAL, "a tool's parameters must be of type 'object'");
+    if (props && !cJSON_IsObject(props)) return fail(c, NV_EINVAL, "'properties' must be an object");
+    if (req && !cJSON_IsArray(req)) return fail(c, NV_EINVAL, "'required' must be an array");
+    if (add && !cJSON_IsBool(add) && !cJSON_IsObject(add)) return fail(c, NV_EINVAL, "'additionalProperties' must be a boolean or a schema");
+    if (!props || !props->child) {
+        if (req && req->child) return fail(c, NV_EUNSUPPORTED, "'required' without 'properties' is not supported");
+        if (cJSON_IsFalse(add)) return lit_rule(c, "");
+        return repeat(c, xml_param(c, NULL, cJSON_IsObject(add) ? xml_value(c, add) : xml_text(c)), 0, -1);
+    }
+    if (add && !cJSON_IsFalse(add))
+        return fail(c, NV_EUNSUPPORTED, "'additionalProperties' beside 'properties' is not supported (members are the listed ones)");
+    for (const cJSON *r = req ? req->child : NULL; r; r = r->next)
+        if (!cJSON_IsString(r)) return fail(c, NV_EINVAL, "'required' must list property names");
+        else if (!cJSON_GetObjectItemCaseSensitive(props, r->valuestring))
+            return fail(c, NV_EUNSUPPORTED, "'required' names '%.100s', which is not among 'properties'", r->valuestring);
+    /* the parameters from the last back: rest_i ::= param_i rest_{i+1}, or rest_{i+1} alone when param_i is optional */
+    int k = cJSON_GetArraySize(props), *values = calloc((size_t)k * 2 + 1, sizeof *values), *required = values + k, i = 0;
+    if (!values) return fail(c, NV_ENOMEM, "out of memory");
+    for (const cJSON *p = props->child; p; p = p->next, i++) {
+        values[i] = xml_param(c, p->string, xml_value(c, p));
+        for (const cJSON *r = req ? req->child : NULL; r && !required[i]; r = r->next) required[i] = !strcmp(r->valuestring, p->string);
+    }
+    int rest = lit_rule(c, "");
+    for (i = k - 1; i >= 0 && c->err == NV_OK; i--) {
+        nv_gbody body = {0};
+        nv_gbody_ref(&body, values[i]);
+        nv_gbody_ref(&body, rest);
+        if (!required[i]) {
+            nv_gbody_alt(&body);
+            nv_gbody_ref(&body, rest);
+        }
+        rest = nv_gbuild_add(c->b, &body);
+    }
+    free(values);
+    return rest;
+}
+
+/* root ::= ws T */
 static nv_err finish(sc *c, int top, nv_grammar **out) {
     int root = 0;
     if (c->err == NV_OK) {
@@ -1295,7 +1583,7 @@ static nv_err finish(sc *c, int top, nv_grammar **out) {
 
 static nv_err start(sc *c, const cJSON *doc) {
     memset(c, 0, sizeof *c);
-    c->ws = c->value = c->string = c->chr = c->number = c->integer = c->digit = c->hex = c->object_any = c->array_any = -1;
+    c->ws = c->value = c->string = c->chr = c->number = c->integer = c->digit = c->hex = c->object_any = c->array_any = c->xml_text = -1;
     c->doc = doc;
     if (!(c->b = nv_gbuild_new())) return nv_fail(NV_ENOMEM, "out of memory");
     return NV_OK;
@@ -1375,14 +1663,14 @@ nv_err nv_tool_calls_grammar(const cJSON *tools, const char *only, const nv_call
     nv_gbody calls = {0};
     int n_ok = 0, skipped = 0;
     char key[80], why[512] = "no tool to call";
-    snprintf(key, sizeof key, "\"%s\"", frame->args_key);
+    snprintf(key, sizeof key, "\"%s\"", frame->xml ? "" : frame->args_key);
     for (const cJSON *t = tools ? tools->child : NULL; t && c.err == NV_OK; t = t->next) {
         const cJSON *fn = cJSON_GetObjectItemCaseSensitive(t, "function");
         const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(fn, "name"));
         const cJSON *params = cJSON_GetObjectItemCaseSensitive(fn, "parameters");
         if (!name || (only && strcmp(only, name))) continue;
         c.doc = params; /* a tool's $ref points into its own parameters */
-        int args = params && !cJSON_IsNull(params) ? gen(&c, params) : (any_value(&c), c.object_any);
+        int args = frame->xml ? xml_params(&c, params) : params && !cJSON_IsNull(params) ? gen(&c, params) : (any_value(&c), c.object_any);
         if (c.err != NV_OK) {
             snprintf(why, sizeof why, "tool '%.64s': %s", name, nv_errmsg());
             if (!skip_bad || c.err == NV_ENOMEM) break;
@@ -1392,10 +1680,19 @@ nv_err nv_tool_calls_grammar(const cJSON *tools, const char *only, const nv_call
             skipped = 1;
             continue;
         }
-        char lit[80];
+        char lit[96];
+        nv_gbody body = {0};
+        if (frame->xml) { /* <function=NAME>\n PARAMETERS </function> */
+            snprintf(lit, sizeof lit, "<function=%s>\n", name);
+            nv_gbody_lit(c.b, &body, lit, strlen(lit));
+            nv_gbody_ref(&body, args);
+            nv_gbody_lit(c.b, &body, "</function>", 11);
+            if (n_ok++) nv_gbody_alt(&calls);
+            nv_gbody_ref(&calls, nv_gbuild_add(c.b, &body));
+            continue;
+        }
         snprintf(lit, sizeof lit, "\"%s\"", name);
         int w = ws(&c);
-        nv_gbody body = {0};
         nv_gbody_lit(c.b, &body, "{", 1);
         nv_gbody_ref(&body, w);
         nv_gbody_ref(&body, member(&c, "\"name\"", 0, lit_rule(&c, lit)));

@@ -49,10 +49,21 @@ nv_err nv_schema_grammar_framed(const cJSON *schema, const char *prefix, const c
 
 /* How a template writes tool calls: prefix {"name": NAME, ARGS_KEY: ARGS} suffix, framed as
  * nv_schema_grammar_framed does (sep: more calls); item_sep (not NULL): one frame holds a list of
- * calls, each after the first preceded by item_sep (Granite's <|tool_call|>[A, B]). */
+ * calls, each after the first preceded by item_sep (Granite's <|tool_call|>[A, B]). xml: a call is
+ * instead <function=NAME>\n, each parameter as <parameter=KEY>\nVALUE\n</parameter>\n, then
+ * </function> (Qwen3-Coder's form; args_key unused): the properties in the schema's order, those not
+ * required left out or not, a string VALUE written as it is (its enum, const, pattern, format and
+ * lengths held; one held to lengths has no '<'), any other as its JSON text, a parameter that admits strings and other
+ * values (or whose schema does not say) as any text in which "</parameter>" does not occur. */
 typedef struct {
     const char *args_key, *prefix, *suffix, *sep, *item_sep;
+    int xml;
 } nv_call_frame;
+
+/* The kinds of JSON value schema admits (its type, enum or const values, the union of its anyOf or
+ * oneOf branches, its $ref's target in doc), as bits; 0 when it does not say (any value). */
+enum { NV_KIND_STRING = 1, NV_KIND_NUMBER = 2, NV_KIND_INTEGER = 4, NV_KIND_BOOLEAN = 8, NV_KIND_NULL = 16, NV_KIND_OBJECT = 32, NV_KIND_ARRAY = 64 };
+unsigned nv_schema_kinds(const cJSON *schema, const cJSON *doc);
 
 /* Tool calls as frame writes them for one of tools (an OpenAI tools list; only: just that one),
  * ARGS as the tool's "parameters" schema says (its $ref pointing into its own parameters; none:

@@ -7,11 +7,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unictype.h>
 
 #include "base/rng.h"
 #include "base/timer.h"
 #include "base/utf8.h"
+#include "serve/schema.h"
 
 /* ---- Python's json.dumps ---- */
 
@@ -244,6 +246,19 @@ cJSON *nv_json_parse_whole(const char *text, size_t n) {
     return j;
 }
 
+/* *out: a call of the tool name (n bytes) with args (NULL: none) as compact JSON text and a new id;
+ * 1, or -1 when out of memory. */
+static int make_call(nv_tool_style style, const char *name, size_t n, const cJSON *args, nv_tool_call *out) {
+    memset(out, 0, sizeof *out);
+    call_id(out->id, style);
+    out->name = strndup(name, n);
+    out->arguments = args ? cJSON_PrintUnformatted(args) : strdup("{}");
+    if (out->name && out->arguments) return 1;
+    free(out->name);
+    free(out->arguments);
+    return -1;
+}
+
 /* A call from its JSON: {"name": a known tool, ARGS: object or its JSON text}; 1 when it is one,
  * -1 when out of memory. */
 static int call_of_json(const nv_tool_parser *p, const cJSON *j, nv_tool_call *out) {
@@ -255,23 +270,111 @@ static int call_of_json(const nv_tool_parser *p, const cJSON *j, nv_tool_call *o
     cJSON *parsed = cJSON_IsString(args) ? cJSON_Parse(args->valuestring) : NULL;
     const cJSON *obj = parsed ? parsed : args;
     int ok = cJSON_IsObject(j) && known && (!args || cJSON_IsObject(obj));
-    if (ok) {
-        memset(out, 0, sizeof *out);
-        call_id(out->id, p->style);
-        out->name = strdup(name->valuestring);
-        out->arguments = obj ? cJSON_PrintUnformatted(obj) : strdup("{}");
-        if (!out->name || !out->arguments) {
-            free(out->name);
-            free(out->arguments);
-            ok = -1;
-        }
-    }
+    if (ok) ok = make_call(p->style, name->valuestring, strlen(name->valuestring), obj, out);
     cJSON_Delete(parsed);
     return ok;
 }
 
-/* A call from JSON text (only white space may follow it). */
+/* ---- calls written as XML (Qwen3-Coder's) ---- */
+
+/* The parameters schema of the request's tool named name (NULL: none given). */
+static const cJSON *tool_params(const nv_tool_parser *p, const char *name, size_t n) {
+    for (const cJSON *t = p->tools ? p->tools->child : NULL; t; t = t->next) {
+        const cJSON *fn = cJSON_GetObjectItemCaseSensitive(t, "function");
+        const char *tn = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(fn, "name"));
+        if (tn && strlen(tn) == n && !memcmp(tn, name, n)) return cJSON_GetObjectItemCaseSensitive(fn, "parameters");
+    }
+    return NULL;
+}
+
+/* A parameter's text (s, n bytes) as the value its schema (in params) admits: a string as it is
+ * where only strings are admitted or the schema does not say; else the JSON value the text is, when
+ * its kind is admitted ("true"/"false" in any case for a boolean); else the text as a string. */
+static cJSON *xml_value(const cJSON *schema, const cJSON *params, const char *s, size_t n) {
+    const unsigned kinds = schema ? nv_schema_kinds(schema, params) : 0;
+    cJSON *v = NULL;
+    if (kinds && kinds != NV_KIND_STRING) {
+        if ((kinds & NV_KIND_BOOLEAN) && (n == 4 || n == 5) && (!strncasecmp(s, "true", n) || !strncasecmp(s, "false", n)))
+            return cJSON_CreateBool(n == 4);
+        v = nv_json_parse_whole(s, n);
+        if (v && !(kinds & (cJSON_IsString(v) ? NV_KIND_STRING
+                            : cJSON_IsNumber(v) ? (NV_KIND_NUMBER | (v->valuedouble == floor(v->valuedouble) ? NV_KIND_INTEGER : 0u))
+                            : cJSON_IsBool(v)   ? NV_KIND_BOOLEAN
+                            : cJSON_IsNull(v)   ? NV_KIND_NULL
+                            : cJSON_IsObject(v) ? NV_KIND_OBJECT
+                                                : NV_KIND_ARRAY))) {
+            cJSON_Delete(v);
+            v = NULL;
+        }
+        if (v) return v;
+    }
+    char *text = strndup(s, n);
+    v = text ? cJSON_CreateString(text) : NULL;
+    free(text);
+    return v;
+}
+
+static const char *skip_ws(const char *s, const char *end) {
+    while (s < end && is_ws(*s)) s++;
+    return s;
+}
+
+static int starts(const char *s, const char *end, const char *lit) {
+    size_t n = strlen(lit);
+    return (size_t)(end - s) >= n && !memcmp(s, lit, n);
+}
+
+/* A call from <function=NAME>\n(<parameter=KEY>\nVALUE\n</parameter>\n)*</function>, with white space
+ * around (one line break at each end of a value is the form's, not the value's); 1 when it is one
+ * naming a known tool, 0 when not, -1 when out of memory. */
+static int parse_xml_call(const nv_tool_parser *p, const char *text, size_t n, nv_tool_call *out) {
+    const char *s = skip_ws(text, text + n), *end = text + n;
+    if (!starts(s, end, "<function=")) return 0;
+    s += 10;
+    const char *gt = memchr(s, '>', (size_t)(end - s));
+    if (!gt || gt == s || memchr(s, '\n', (size_t)(gt - s))) return 0;
+    const char *name = s;
+    const size_t name_n = (size_t)(gt - s);
+    int known = 0;
+    for (int i = 0; i < p->n_names && !known; i++) known = strlen(p->names[i]) == name_n && !memcmp(p->names[i], name, name_n);
+    if (!known) return 0;
+    const cJSON *params = tool_params(p, name, name_n), *props = cJSON_GetObjectItemCaseSensitive(params, "properties");
+    const cJSON *add = cJSON_GetObjectItemCaseSensitive(params, "additionalProperties");
+    cJSON *args = cJSON_CreateObject();
+    int ok = args ? 0 : -1;
+    for (s = gt + 1; ok == 0;) {
+        s = skip_ws(s, end);
+        if (starts(s, end, "</function>")) {
+            ok = skip_ws(s + 11, end) == end; /* nothing but white space after it */
+            break;
+        }
+        if (!starts(s, end, "<parameter=")) break;
+        s += 11;
+        const char *kgt = memchr(s, '>', (size_t)(end - s));
+        if (!kgt || kgt == s || memchr(s, '\n', (size_t)(kgt - s))) break;
+        const char *v = kgt + 1, *close = memmem(v, (size_t)(end - v), "</parameter>", 12);
+        if (!close) break;
+        const char *ve = close;
+        if (v < ve && *v == '\n') v++;
+        if (ve > v && ve[-1] == '\n') ve--;
+        char *key = strndup(s, (size_t)(kgt - s));
+        const cJSON *schema = key ? cJSON_GetObjectItemCaseSensitive(props, key) : NULL;
+        cJSON *value = key ? xml_value(schema ? schema : cJSON_IsObject(add) ? add : NULL, params, v, (size_t)(ve - v)) : NULL;
+        if (!value) ok = -1;
+        else if (cJSON_GetObjectItemCaseSensitive(args, key)) cJSON_ReplaceItemInObjectCaseSensitive(args, key, value); /* the last one written */
+        else if (!cJSON_AddItemToObject(args, key, value)) cJSON_Delete(value), ok = -1;
+        free(key);
+        s = close + 12;
+    }
+    if (ok > 0) ok = make_call(p->style, name, name_n, args, out);
+    cJSON_Delete(args);
+    return ok;
+}
+
+/* A call from JSON text (only white space may follow it), or from XML in that style. */
 static int parse_call(const nv_tool_parser *p, const char *text, size_t n, nv_tool_call *out) {
+    const char *first = skip_ws(text, text + n);
+    if (p->style == NV_TOOLS_XML && first < text + n && *first == '<') return parse_xml_call(p, text, n, out);
     cJSON *j = nv_json_parse_whole(text, n);
     int ok = call_of_json(p, j, out);
     cJSON_Delete(j);

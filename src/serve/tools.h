@@ -16,7 +16,11 @@
  *   object is a list of one; an empty list is no call), the text before it content without its
  *   trailing white space; a list with anything else in it stays content as written (Phi-4-mini's
  *   style too: its closing <|/tool_call|> is a control token that prints nothing). Mistral style:
- *   the same after "[TOOL_CALLS]" (each call's "id" ignored). Text that
+ *   the same after "[TOOL_CALLS]" (each call's "id" ignored). XML style (Qwen3-Coder's): Hermes's
+ *   blocks, each holding <function=NAME>\n(<parameter=KEY>\nVALUE\n</parameter>\n)*</function> (or
+ *   Hermes's JSON); a VALUE is read as its parameter's schema admits (nv_schema_kinds): a string as
+ *   written where only strings are (or the schema does not say), else the JSON value it is when of
+ *   an admitted kind, else a string; a parameter written twice is the last. Text that
  *   may still turn out to be a call is held back until it is decided, so streamed content never
  *   has to be taken back.
  * - Calls get ids "call_" + 24 random letters and digits (Mistral style: 9 letters and digits, which
@@ -68,6 +72,7 @@ typedef struct {
     nv_tool_style style;
     const char *const *names; /* the request's tools (borrowed) */
     int n_names;
+    const cJSON *tools; /* XML style: the request's tools list, whose schemas say how values are read (borrowed; NULL: all strings) */
     nv_buf hold; /* text not yet decided */
     nv_buf ws;   /* the blank before a block being read (dropped if it is a call) */
     int state;
