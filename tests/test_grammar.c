@@ -567,6 +567,23 @@ static void test_xml_calls(void) {
         for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) T_CHECK(!accepts(g, bad[i]), "refuses %s", bad[i]);
         nv_grammar_unref(g);
     }
+    /* under tool_choice auto the same grammar comes on lazily at "<tool_call>": the call from there
+       is held to it, and it is whole at "</tool_call>" (more may follow after a line break) */
+    T_CHECK(nv_tool_calls_grammar(tools, NULL, &xml, 1, 0, NULL, 0, &g) == NV_OK, "%s", nv_errmsg());
+    if (g) {
+        nv_glazy z;
+        nv_gsampler gs = {0};
+        T_CHECK(nv_glazy_init(&z, g, "<tool_call>", 0) == NV_OK, "%s", nv_errmsg());
+        T_CHECK(nv_glazy_step(&z, &gs, 16, "Let me look. <tool") == 0 && !gs.m, "off before the trigger");
+        T_CHECK(nv_glazy_step(&z, &gs, 16, "_call>\n<function=time>\n") == 1 && gs.m, "on at the trigger");
+        const char *rest = "<parameter=x>\n1 < 2\n</parameter>\n</function>\n</tool_call>";
+        T_CHECK(gs.m && nv_gmatch_feed(gs.m, rest, strlen(rest)) && nv_gmatch_done(gs.m) && !nv_gmatch_finished(gs.m),
+                "a whole call, and room for another");
+        T_CHECK(gs.m && !nv_gmatch_try(gs.m, "{", 1) && nv_gmatch_try(gs.m, "\n<tool_call>\n<function=", 23), "only another call");
+        nv_gsampler_free(&gs);
+        nv_glazy_free(&z);
+        nv_grammar_unref(g);
+    }
     /* what a string parameter cannot be held to here is refused, naming it */
     const char *refused[][2] = {
         {"{\"type\":\"object\",\"properties\":{\"x\":{\"anyOf\":[{\"type\":\"string\",\"pattern\":\"a\"},{\"type\":\"integer\"}]}}}",

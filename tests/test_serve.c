@@ -48,6 +48,7 @@ typedef struct {
     int status;
     char text[8192];
     char finish[32];
+    char stop_reason[300]; /* vLLM's, as JSON, from the choice that finished ("" when absent) */
     int prompt_tokens, completion_tokens;
     int pred_accepted, pred_rejected; /* usage.completion_tokens_details' (0 when absent) */
     int events, done, error_event, usage_chunk;
@@ -84,6 +85,9 @@ static void copy_text(result *out, const cJSON *choice, int chat, int stream) {
     if (cJSON_IsString(t)) strncat(out->text, t->valuestring, sizeof out->text - strlen(out->text) - 1);
     const cJSON *f = cJSON_GetObjectItem(choice, "finish_reason");
     if (cJSON_IsString(f)) snprintf(out->finish, sizeof out->finish, "%s", f->valuestring);
+    char *why = cJSON_IsString(f) && cJSON_GetObjectItem(choice, "stop_reason") ? cJSON_PrintUnformatted(cJSON_GetObjectItem(choice, "stop_reason")) : NULL;
+    if (why) snprintf(out->stop_reason, sizeof out->stop_reason, "%s", why);
+    free(why);
 }
 
 static void copy_usage(result *out, const cJSON *root) {
@@ -303,10 +307,13 @@ static void test_stop_strings_and_sampling(void) {
     T_CHECK(cut.status == 200 && !strcmp(cut.finish, "stop") && strlen(cut.text) == (size_t)(w - whole.text) &&
                 !strncmp(cut.text, whole.text, strlen(cut.text)),
             "stop: finish %s text '%s'", cut.finish, cut.text);
+    /* vLLM's stop_reason: the stop string that ended it, whole and streamed; null at a limit */
+    T_CHECK(!strcmp(cut.stop_reason, "\"girl\"") && !strcmp(whole.stop_reason, "null"), "stop_reason: %s, at the limit %s",
+            cut.stop_reason, whole.stop_reason);
     complete(port, 0, NULL,
              "{\"prompt\":\"Once upon a time\",\"max_tokens\":40,\"temperature\":0,\"stop\":[\"zzz\",\"girl\"],\"stream\":true}", &list);
-    T_CHECK(list.status == 200 && !strcmp(list.finish, "stop") && !strcmp(list.text, cut.text), "streamed stop list: '%s'",
-            list.text);
+    T_CHECK(list.status == 200 && !strcmp(list.finish, "stop") && !strcmp(list.text, cut.text) && !strcmp(list.stop_reason, "\"girl\""),
+            "streamed stop list: '%s' (stop_reason %s)", list.text, list.stop_reason);
     /* the same seed gives the same sample; another seed (almost surely) another */
     const char *fmt = "{\"prompt\":\"Once upon a time\",\"max_tokens\":40,\"temperature\":1.0,\"top_p\":0.9,\"seed\":%d}";
     char body[256];
@@ -321,8 +328,9 @@ static void test_stop_strings_and_sampling(void) {
      * on to max_tokens; min_tokens holds its end off until then */
     result story, ign, mint;
     complete(port, 0, NULL, "{\"prompt\":\"Once upon a time\",\"max_tokens\":400,\"temperature\":0}", &story);
-    T_CHECK(story.status == 200 && !strcmp(story.finish, "stop") && story.completion_tokens < 380,
-            "the greedy story should end by itself: %d tokens, %s", story.completion_tokens, story.finish);
+    T_CHECK(story.status == 200 && !strcmp(story.finish, "stop") && story.completion_tokens < 380 && !strcmp(story.stop_reason, "null"),
+            "the greedy story should end by itself: %d tokens, %s (stop_reason %s: an end token is none)", story.completion_tokens,
+            story.finish, story.stop_reason);
     complete(port, 0, NULL, "{\"prompt\":\"Once upon a time\",\"max_tokens\":400,\"temperature\":0,\"ignore_eos\":true}", &ign);
     T_CHECK(ign.status == 200 && !strcmp(ign.finish, "length") && ign.completion_tokens == 400 &&
                 !strncmp(ign.text, story.text, strlen(story.text)) && strlen(ign.text) > strlen(story.text),
@@ -404,9 +412,11 @@ static void test_stop_strings_and_sampling(void) {
     if (n_was == 1 && w_at) {
         snprintf(body, sizeof body, "{\"prompt\":\"Once upon a time\",\"max_tokens\":40,\"temperature\":0,\"stop_token_ids\":[%d]}", was[0]);
         complete(port, 0, NULL, body, &by_id);
+        char id_text[16];
+        snprintf(id_text, sizeof id_text, "%d", was[0]);
         T_CHECK(by_id.status == 200 && !strcmp(by_id.finish, "stop") && strlen(by_id.text) == (size_t)(w_at - whole.text) &&
-                    !strncmp(by_id.text, whole.text, strlen(by_id.text)),
-                "stop_token_ids: '%s'", by_id.text);
+                    !strncmp(by_id.text, whole.text, strlen(by_id.text)) && !strcmp(by_id.stop_reason, id_text),
+                "stop_token_ids: '%s' (stop_reason %s)", by_id.text, by_id.stop_reason);
         snprintf(body, sizeof body, "{\"prompt\":\"Once upon a time\",\"max_tokens\":40,\"temperature\":0,\"stop_token_ids\":[%d],"
                                     "\"include_stop_str_in_output\":true}", was[0]);
         complete(port, 0, NULL, body, &by_id_kept);

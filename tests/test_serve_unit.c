@@ -547,7 +547,7 @@ static void test_think_split(void) {
     /* the response carries reasoning_content only when given */
     nv_api_meta m;
     nv_api_meta_init(&m, 1, "m");
-    nv_api_choice ch[2] = {{"Hello", "stop", NULL, 0, "thought", NULL, 0}, {"Hi", "stop", NULL, 0, NULL, NULL, 0}};
+    nv_api_choice ch[2] = {{.text = "Hello", .finish = "stop", .reasoning = "thought"}, {.text = "Hi", .finish = "stop"}};
     char *body = nv_api_response_choices(&m, ch, 2, 3, 4, 0);
     T_CHECK(body && strstr(body, "\"content\":\"Hello\",\"reasoning_content\":\"thought\"") &&
                 !strstr(strstr(body, "\"Hi\""), "reasoning_content"),
@@ -1068,7 +1068,7 @@ static void test_api_tools(void) {
     nv_tool_call call = {"call_abc", "play", "{\"toy\":\"car\"}"};
     nv_api_meta meta;
     nv_api_meta_init(&meta, 1, "m");
-    nv_api_choice ch = {"", "tool_calls", NULL, 0, NULL, &call, 1};
+    nv_api_choice ch = {.text = "", .finish = "tool_calls", .calls = &call, .n_calls = 1};
     char *out = nv_api_response_choices(&meta, &ch, 1, 5, 7, 0);
     cJSON *j = cJSON_Parse(out);
     const cJSON *msg = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), 0), "message");

@@ -1146,8 +1146,8 @@ static int parse_stop(const cJSON *root, int max_stop, nv_api_request *out, nv_a
             nv_api_error_set(err, E400, NULL, "stop", "'stop' must be a string or a list of strings");
             return err->status;
         }
-        if (strlen(e->valuestring) > 256) {
-            nv_api_error_set(err, E400, NULL, "stop", "stop strings may be at most 256 bytes long");
+        if (strlen(e->valuestring) > NV_MAX_STOP_BYTES) {
+            nv_api_error_set(err, E400, NULL, "stop", "stop strings may be at most %d bytes long", NV_MAX_STOP_BYTES);
             return err->status;
         }
         if (!e->valuestring[0]) continue;
@@ -1910,7 +1910,7 @@ char *nv_api_response(const nv_api_meta *m, const char *text, const char *finish
 
 char *nv_api_response_cached(const nv_api_meta *m, const char *text, const char *finish, int prompt_tokens,
                              int completion_tokens, int cached_tokens) {
-    nv_api_choice one = {text, finish, m->lps, m->n_lps, NULL, NULL, 0};
+    nv_api_choice one = {.text = text, .finish = finish, .lps = m->lps, .n_lps = m->n_lps};
     return nv_api_response_choices(m, &one, 1, prompt_tokens, completion_tokens, cached_tokens);
 }
 
@@ -1924,6 +1924,14 @@ static cJSON *tool_call_json(const nv_tool_call *call, int k) {
     cJSON_AddStringToObject(fn, "name", call->name);
     cJSON_AddStringToObject(fn, "arguments", call->arguments);
     return c;
+}
+
+/* vLLM's stop_reason beside finish_reason: the request's own stop string that ended the answer, or
+ * the stop_token_ids token; null for an end-of-generation token, a limit, a tool call's end. */
+static void add_stop_reason(cJSON *c, const nv_req_status *st) {
+    if (st && st->finish == NV_FINISH_STOP && st->stop_text[0]) cJSON_AddStringToObject(c, "stop_reason", st->stop_text);
+    else if (st && st->finish == NV_FINISH_STOP && st->stop_token >= 0) cJSON_AddNumberToObject(c, "stop_reason", st->stop_token);
+    else cJSON_AddNullToObject(c, "stop_reason");
 }
 
 char *nv_api_response_choices(const nv_api_meta *m, const nv_api_choice *ch, int n, int prompt_tokens,
@@ -1953,6 +1961,7 @@ char *nv_api_response_choices(const nv_api_meta *m, const nv_api_choice *ch, int
         mi.text_offset = 0;
         add_logprobs(c, &mi);
         cJSON_AddStringToObject(c, "finish_reason", ch[i].finish);
+        add_stop_reason(c, ch[i].status);
     }
     add_usage(root, m, prompt_tokens, completion_tokens, cached_tokens);
     return nv_api_print_free(root);
@@ -1973,6 +1982,7 @@ char *nv_api_chunk(const nv_api_meta *m, const char *text, int role, const char 
     add_logprobs(c, m);
     if (finish) cJSON_AddStringToObject(c, "finish_reason", finish);
     else cJSON_AddNullToObject(c, "finish_reason");
+    if (finish) add_stop_reason(c, m->status);
     if (usage_null) cJSON_AddNullToObject(root, "usage");
     return nv_api_print_free(root);
 }

@@ -212,6 +212,8 @@ typedef struct {
     /* a request with a prediction: usage adds completion_tokens_details with its drafts taken and
        refused, summed over the choices (set by the caller before the response or usage chunk) */
     int pred, pred_accepted, pred_rejected;
+    /* the chunk that finishes choice index: its status, for vLLM's stop_reason (NULL: null) */
+    const nv_req_status *status;
 } nv_api_meta;
 
 /* Fills id ("cmpl-..." or "chatcmpl-...") and created; logprobs off. */
@@ -233,6 +235,7 @@ typedef struct {
     const char *reasoning; /* chat: message.reasoning_content, when not NULL */
     const nv_tool_call *calls; /* chat: message.tool_calls (content null when text is empty) */
     int n_calls;
+    const nv_req_status *status; /* vLLM's stop_reason from its stop_text and stop_token (NULL: null) */
 } nv_api_choice;
 char *nv_api_response_choices(const nv_api_meta *m, const nv_api_choice *choices, int n, int prompt_tokens,
                               int completion_tokens, int cached_tokens);

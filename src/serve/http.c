@@ -604,7 +604,9 @@ static void stream_poll(stream_ctx *st) {
             }
             const char *fin = rs.finish == NV_FINISH_STOP && st->n_calls[i] ? "tool_calls" : nv_api_finish_reason(rs.finish);
             st->meta.index = i;
+            st->meta.status = st->n_calls[i] ? NULL : &rs;
             sse_event(st, nv_api_chunk(&st->meta, "", 0, fin, st->include_usage));
+            st->meta.status = NULL;
         }
     if (st->finished) return;
     int all = 1;
@@ -840,9 +842,10 @@ static enum MHD_Result generate(nv_http *h, struct MHD_Connection *c, conn_ctx *
             answer_split sp = split_init(reasoning, think_open, tools);
             oom |= split_feed(&sp, text[i].data ? text[i].data : "", text[i].len, 1, &why[i], &said[i], &calls[i], &n_calls[i]) < 0;
             split_free(&sp);
-            ch[i] = (nv_api_choice){said[i].data ? said[i].data : "", nv_api_finish_reason(rs[i].finish), lps[i].v, lps[i].n,
-                                    why[i].data /* NULL: none, the field is left out */, calls[i], n_calls[i]};
-            if (n_calls[i] && rs[i].finish == NV_FINISH_STOP) ch[i].finish = "tool_calls";
+            ch[i] = (nv_api_choice){.text = said[i].data ? said[i].data : "", .finish = nv_api_finish_reason(rs[i].finish),
+                                    .lps = lps[i].v, .n_lps = lps[i].n, .reasoning = why[i].data /* NULL: none, the field is left out */,
+                                    .calls = calls[i], .n_calls = n_calls[i], .status = &rs[i]};
+            if (n_calls[i] && rs[i].finish == NV_FINISH_STOP) ch[i].finish = "tool_calls", ch[i].status = NULL;
         }
         char *body = NULL;
         if (!oom && proto == P_ANTHROPIC) {

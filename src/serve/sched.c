@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -48,6 +49,7 @@ struct nv_req {
     nv_glazy lazy;  /* a lazy grammar (lazy.g NULL: none; gs is its matcher while it is on) */
     unsigned long g_draws, g_masks; /* constrained decoding's cost so far, for the metrics */
     int stop_hit; /* the stop string that ended the answer (its index in nv_req_params.stop), or -1 */
+    int stop_tok; /* the stop_token_ids token that ended it (not an end-of-generation token), or -1 */
     double g_mask_s;
     int lazy_ends;  /* its whole sentence ends the answer */
     /* a reasoning budget (think_budget >= 0): the answer's think block followed, the tokens spent in
@@ -321,7 +323,7 @@ nv_err nv_req_create(nv_req **out, const nv_req_params *p) {
     if (!r) return nv_fail(NV_ENOMEM, "request: out of memory");
     cond_init_mono(&r->cv);
     r->refs = 1;
-    r->stop_hit = -1;
+    r->stop_hit = r->stop_tok = -1;
     r->prompt = malloc((size_t)p->n_prompt * sizeof(int));
     if (!r->prompt) goto oom;
     memcpy(r->prompt, p->prompt, (size_t)p->n_prompt * sizeof(int));
@@ -464,6 +466,10 @@ void nv_req_poll(nv_sched *s, nv_req *r, double wait_s, nv_buf *out, nv_lp_list 
     st->completion_tokens = r->n_gen_pub;
     st->cached_tokens = r->n_cached;
     st->stop_index = r->done ? r->stop_hit : -1; /* written by the loop before it published done */
+    st->stop_token = r->done ? r->stop_tok : -1;
+    st->stop_text[0] = '\0';
+    for (int i = 0; r->done && r->stop_hit >= 0 && r->stop_hit < r->n_own_stop && i < r->n_stop; i++)
+        if (r->stop_src[i] == r->stop_hit) snprintf(st->stop_text, sizeof st->stop_text, "%s", r->stop[i]);
     st->prompt_s = r->t_first_pub > 0 ? r->t_first_pub - r->t_arrival : 0;
     st->gen_s = r->t_first_pub > 0 ? r->t_last_pub - r->t_first_pub : 0;
     st->accepted_prediction_tokens = r->pred_acc_pub;
@@ -1433,6 +1439,7 @@ static void on_token(nv_sched *s, nv_req *r, int tok, nv_token_lp *lp, double no
     const nv_config *c = &s->model->config;
     if (ends_answer(s, r, tok)) {
         r->fin = NV_FINISH_STOP;
+        if (r->ignore_eos || !nv_tokenizer_is_eog(s->tok, tok)) r->stop_tok = tok; /* one of stop_token_ids */
         if (r->include_stop) { /* include_stop_str_in_output: the ending token's text stays, with its record */
             const char *piece = nv_tokenizer_answer_piece(s->tok, r->last, tok, r->keep_special);
             lp->prev = r->last;

@@ -103,6 +103,7 @@
 #include "serve/prefix.h"
 
 #define NV_MAX_STOP 16
+#define NV_MAX_STOP_BYTES 256 /* a stop string's length (OpenAI's API takes no longer) */
 
 typedef struct nv_req nv_req;
 typedef struct nv_swa_ckpt nv_swa_ckpt;
@@ -219,6 +220,10 @@ typedef struct {
     int cached_tokens; /* prompt tokens whose KV came from the prefix cache */
     int stop_index;    /* once done: the stop string that ended the answer (its index in
                           nv_req_params.stop), else -1 (an end token, a limit, a failure) */
+    int stop_token;    /* once done: the stop_token_ids token that ended it (not an end-of-generation
+                          token, which vLLM reports as none), else -1 */
+    char stop_text[NV_MAX_STOP_BYTES + 1]; /* once done: that stop string's text where it is one of the
+                                              request's own (nv_req_params.n_own_stop), else "" */
     double prompt_s;   /* seconds from submission to the first token (queueing and prompt; 0 before it) */
     double gen_s;      /* seconds from the first token to the latest published one */
     /* a prediction's drafts so far: taken by the answer, checked and refused */
