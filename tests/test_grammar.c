@@ -201,6 +201,16 @@ static void test_schemas(void) {
         {"{\"type\":\"string\",\"pattern\":\"^[^]$\"}", {"\"\\n\"", "\"\xc3\xa9\"", "\"\\\"\""}, {"\"ab\"", "\"\""}},
         {"{\"type\":\"string\",\"pattern\":\"^[\\\\s\\\\S]?\\\\D\\\\W$\"}", {"\" x-\"", "\"x!\"", "\"\xc3\xa9\xc3\xa9\""}, {"\"1-\"", "\"xa\""}},
         {"{\"title\":\"T\",\"description\":\"d\",\"allOf\":[{\"type\":\"boolean\"}]}", {"true", "false"}, {"1"}},
+        /* numbers between whole bounds (pydantic's Field(ge=0, le=1) on a float), written without an exponent */
+        {"{\"type\":\"number\",\"minimum\":0,\"maximum\":1}", {"0", "1", "0.5", "0.999", "1.000", "0.0", "0.0001"},
+         {"-0.5", "1.5", "1.0001", "2", "-1", "1e0", "0.5e-1", "01"}},
+        {"{\"type\":\"number\",\"exclusiveMinimum\":0}", {"0.01", "1", "12345.6", "3.0"}, {"0", "0.0", "-0.1", "-3", "0.000"}},
+        {"{\"type\":\"number\",\"maximum\":-1}", {"-1", "-1.5", "-200", "-1.0"}, {"-0.5", "0", "-0.99", "1"}},
+        {"{\"type\":\"number\",\"minimum\":-2,\"exclusiveMaximum\":3}", {"-2", "-1.5", "-0.5", "0", "2.999", "-2.00"},
+         {"3", "3.0", "-2.01", "-3", "3.5"}},
+        {"{\"type\":\"number\",\"minimum\":5,\"exclusiveMinimum\":true,\"maximum\":7}", {"5.5", "6", "7", "7.00"}, {"5", "5.0", "7.1", "8"}},
+        {"{\"type\":[\"number\",\"null\"],\"minimum\":0}", {"0", "null", "7.25"}, {"-1", "-0.1"}},
+        {"{\"type\":\"number\",\"minimum\":0,\"exclusiveMinimum\":0,\"maximum\":2,\"exclusiveMaximum\":3}", {"0.5", "2"}, {"0", "2.5"}},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         nv_grammar *g = schema_grammar(cases[i].schema);
@@ -218,7 +228,9 @@ static void test_schema_refusals(void) {
         const char *schema, *why;
         nv_err code;
     } bad[] = {
-        {"{\"type\":\"number\",\"minimum\":0}", "'minimum' on a number", NV_EUNSUPPORTED},
+        {"{\"type\":\"number\",\"minimum\":0.5}", "'minimum' on a number: only whole bounds", NV_EUNSUPPORTED},
+        {"{\"type\":\"number\",\"minimum\":1,\"exclusiveMaximum\":1}", "no number between", NV_EINVAL},
+        {"{\"type\":\"number\",\"maximum\":\"1\"}", "must be numbers", NV_EINVAL},
         {"{\"type\":\"array\",\"uniqueItems\":true}", "'uniqueItems'", NV_EUNSUPPORTED},
         {"{\"type\":\"string\",\"format\":\"email\"}", "'format': 'email'", NV_EUNSUPPORTED},
         {"{\"properties\":{\"a\":{}},\"additionalProperties\":true}", "'additionalProperties' beside", NV_EUNSUPPORTED},

@@ -1029,20 +1029,89 @@ static int gen_integer(sc *c, const cJSON *s) {
     return integer_range(c, (long long)lo, (long long)hi);
 }
 
+/* A number's bounds (minimum, maximum, exclusive ones as numbers or draft 4's booleans beside
+ * them), each a whole number: *lo..*hi with whether each end is exclusive; 0 when a bound is not
+ * whole (refused), 1 when some bound is given, -1 when none is. */
+static int number_bounds(sc *c, const cJSON *s, long long *lo, int *lo_x, long long *hi, int *hi_x) {
+    const char *const keys[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
+    const cJSON *v[4];
+    int any = 0;
+    for (int i = 0; i < 4; i++) {
+        v[i] = cJSON_GetObjectItemCaseSensitive(s, keys[i]);
+        any |= v[i] != NULL;
+        if (v[i] && !cJSON_IsNumber(v[i]) && !(i >= 2 && cJSON_IsBool(v[i]))) return fail(c, NV_EINVAL, "number bounds must be numbers");
+        if (cJSON_IsNumber(v[i]) && (v[i]->valuedouble != floor(v[i]->valuedouble) || fabs(v[i]->valuedouble) > (double)INT_LIMIT))
+            return fail(c, NV_EUNSUPPORTED, "'%s' on a number: only whole bounds within 16 digits are supported", keys[i]);
+    }
+    if (!any) return -1;
+    *lo = -INT_LIMIT, *hi = INT_LIMIT, *lo_x = *hi_x = 0;
+    for (int i = 0; i < 4; i++) { /* the tightest of each side; of equal ones, the exclusive */
+        if (!cJSON_IsNumber(v[i])) continue;
+        const long long b = (long long)v[i]->valuedouble;
+        const int x = i >= 2 || cJSON_IsTrue(v[i + 2 < 4 ? i + 2 : i]);
+        if (i % 2 == 0 && (b > *lo || (b == *lo && x))) *lo = b, *lo_x = x;
+        if (i % 2 == 1 && (b < *hi || (b == *hi && x))) *hi = b, *hi_x = x;
+    }
+    return 1;
+}
+
+/* A number between whole bounds, written without an exponent: a whole value in range (then ".0..."
+ * or not), or one strictly between two whole numbers k and k + 1 that both lie in range: k's digits
+ * (-m for -(m + 1) < v < -m), a point and digits not all zero. */
+static int number_range(sc *c, long long lo, int lo_x, long long hi, int hi_x) {
+    const long long whole_lo = lo + lo_x, whole_hi = hi - hi_x;
+    if (lo > hi || (lo == hi && (lo_x || hi_x))) return fail(c, NV_EINVAL, "the number bounds leave no number between them");
+    nv_gbody body = {0};
+    nv_gbody_ref(&body, repeat(c, lit_rule(c, "0"), 0, FRAC_DIGITS - 1));
+    nv_gbody_range(c->b, &body, '1', '9');
+    nv_gbody_ref(&body, repeat(c, digit(c), 0, FRAC_DIGITS - 1));
+    const int nonzero = nv_gbuild_add(c->b, &body);
+    nv_gbody_alt(&body);
+    nv_gbody_lit(c->b, &body, ".", 1);
+    nv_gbody_ref(&body, repeat(c, lit_rule(c, "0"), 1, FRAC_DIGITS));
+    const int zeros = nv_gbuild_add(c->b, &body);
+    int first = 1;
+    if (whole_lo <= whole_hi) {
+        nv_gbody_ref(&body, integer_range(c, whole_lo, whole_hi));
+        nv_gbody_ref(&body, zeros);
+        first = 0;
+    }
+    const long long pos_lo = lo > 0 ? lo : 0, neg_lo = hi < 0 ? -hi : 0; /* k >= 0 in [lo, hi - 1]; m in [-hi, -lo - 1] */
+    if (pos_lo <= hi - 1) {
+        nv_gbody ks = {0};
+        int f = 1;
+        naturals(c, &ks, pos_lo, hi - 1, &f);
+        if (!first) nv_gbody_alt(&body);
+        nv_gbody_ref(&body, nv_gbuild_add(c->b, &ks));
+        nv_gbody_lit(c->b, &body, ".", 1);
+        nv_gbody_ref(&body, nonzero);
+        first = 0;
+    }
+    if (neg_lo <= -lo - 1) {
+        nv_gbody ms = {0};
+        int f = 1;
+        naturals(c, &ms, neg_lo, -lo - 1, &f);
+        if (!first) nv_gbody_alt(&body);
+        nv_gbody_lit(c->b, &body, "-", 1);
+        nv_gbody_ref(&body, nv_gbuild_add(c->b, &ms));
+        nv_gbody_lit(c->b, &body, ".", 1);
+        nv_gbody_ref(&body, nonzero);
+    }
+    return nv_gbuild_add(c->b, &body);
+}
+
 static int gen_type(sc *c, const cJSON *s, const char *type) {
     if (!strcmp(type, "object")) return gen_object(c, s);
     if (!strcmp(type, "array")) return gen_array(c, s);
     if (!strcmp(type, "string")) return gen_string(c, s);
     if (!strcmp(type, "integer")) return gen_integer(c, s);
     if (!strcmp(type, "number")) {
-        const char *b[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
-        for (int i = 0; i < 4; i++)
-            if (cJSON_GetObjectItemCaseSensitive(s, b[i]))
-                return fail(c, NV_EUNSUPPORTED, "'%s' on a number is not supported (on an integer it is)", b[i]);
         const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(s, "format");
         if (fmt && (!cJSON_IsString(fmt) || (strcmp(fmt->valuestring, "float") && strcmp(fmt->valuestring, "double"))))
             return fail(c, NV_EUNSUPPORTED, "'format' on a number: only float and double are supported");
-        return number(c);
+        long long lo = 0, hi = 0;
+        int lo_x = 0, hi_x = 0, bounded = number_bounds(c, s, &lo, &lo_x, &hi, &hi_x);
+        return bounded > 0 ? number_range(c, lo, lo_x, hi, hi_x) : bounded < 0 ? number(c) : 0;
     }
     if (cJSON_GetObjectItemCaseSensitive(s, "format") && strcmp(type, "string"))
         return fail(c, NV_EUNSUPPORTED, "'format' on a %s is not supported", type);

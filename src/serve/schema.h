@@ -7,11 +7,12 @@
  *   without properties (any members, or additionalProperties: SCHEMA for every value), items,
  *   minItems/maxItems, minLength/maxLength (in characters), enum, const, anyOf/oneOf (oneOf as
  *   anyOf), allOf of one schema, $ref to "#" or a JSON pointer into the document ($defs,
- *   definitions; recursion allowed), minimum/maximum and exclusive bounds on integers, format
+ *   definitions; recursion allowed), minimum/maximum and exclusive bounds on integers, and whole
+ *   ones on numbers (a bounded number is written without an exponent), format
  *   date, time, date-time and uuid, pattern (an ECMAScript regular expression: see
  *   docs/serving.md for the subset); annotations (title, description, default, examples,
  *   $schema, $id, $comment, deprecated, readOnly, writeOnly) are ignored. Anything else —
- *   bounds on non-integer numbers, multipleOf, uniqueItems, prefixItems, other formats,
+ *   bounds on numbers that are not whole, multipleOf, uniqueItems, prefixItems, other formats,
  *   additionalProperties beside properties — is refused (NV_EUNSUPPORTED) with one line naming
  *   the keyword, rather than silently not enforced. A malformed schema is NV_EINVAL.
  * - The JSON written: between tokens and before the value (not after it) nothing, one space, or
