@@ -210,6 +210,17 @@ static void test_schemas(void) {
          {"3", "3.0", "-2.01", "-3", "3.5"}},
         {"{\"type\":\"number\",\"minimum\":5,\"exclusiveMinimum\":true,\"maximum\":7}", {"5.5", "6", "7", "7.00"}, {"5", "5.0", "7.1", "8"}},
         {"{\"type\":[\"number\",\"null\"],\"minimum\":0}", {"0", "null", "7.25"}, {"-1", "-0.1"}},
+        /* tuples: prefixItems (then items), or the older drafts' list of items (then additionalItems) */
+        {"{\"type\":\"array\",\"prefixItems\":[{\"type\":\"integer\"},{\"type\":\"string\"}]}",
+         {"[]", "[1]", "[1, \"a\"]", "[1,\"a\",true,{}]"}, {"[\"a\"]", "[1, 2]", "[1,]"}},
+        {"{\"type\":\"array\",\"prefixItems\":[{\"type\":\"integer\"},{\"type\":\"string\"}],\"items\":false,\"minItems\":2}",
+         {"[1,\"a\"]", "[ 7 , \"\" ]"}, {"[1]", "[1,\"a\",2]", "[]"}},
+        {"{\"type\":\"array\",\"items\":[{\"type\":\"boolean\"}],\"additionalItems\":{\"type\":\"null\"}}",
+         {"[true, null, null]", "[]", "[false]"}, {"[null]", "[true, 1]"}},
+        {"{\"type\":\"array\",\"prefixItems\":[{\"const\":1}],\"items\":{\"type\":\"string\"},\"maxItems\":2}",
+         {"[1, \"x\"]", "[1]"}, {"[1, \"x\", \"y\"]", "[1, 2]", "[2]"}},
+        {"{\"type\":\"array\",\"prefixItems\":[{\"type\":\"integer\"},{\"type\":\"string\"},{\"type\":\"null\"}],\"maxItems\":1}",
+         {"[1]", "[]"}, {"[1, \"a\"]"}},
         {"{\"type\":\"number\",\"minimum\":0,\"exclusiveMinimum\":0,\"maximum\":2,\"exclusiveMaximum\":3}", {"0.5", "2"}, {"0", "2.5"}},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -232,6 +243,9 @@ static void test_schema_refusals(void) {
         {"{\"type\":\"number\",\"minimum\":1,\"exclusiveMaximum\":1}", "no number between", NV_EINVAL},
         {"{\"type\":\"number\",\"maximum\":\"1\"}", "must be numbers", NV_EINVAL},
         {"{\"type\":\"array\",\"uniqueItems\":true}", "'uniqueItems'", NV_EUNSUPPORTED},
+        {"{\"type\":\"array\",\"prefixItems\":[{}],\"items\":false,\"minItems\":2}", "matches nothing", NV_EINVAL},
+        {"{\"type\":\"array\",\"prefixItems\":{}}", "a list of schemas", NV_EINVAL},
+        {"{\"type\":\"array\",\"additionalItems\":false}", "'additionalItems' without", NV_EUNSUPPORTED},
         {"{\"type\":\"string\",\"format\":\"email\"}", "'format': 'email'", NV_EUNSUPPORTED},
         {"{\"properties\":{\"a\":{}},\"additionalProperties\":true}", "'additionalProperties' beside", NV_EUNSUPPORTED},
         {"{\"properties\":{\"a\":{}},\"required\":[\"b\"]}", "'required' names 'b'", NV_EUNSUPPORTED},

@@ -212,16 +212,20 @@ static int number(sc *c) {
     return c->number = nv_gbuild_add(c->b, &body);
 }
 
-/* open "{" or "[", then items separated by "," and the closer, whitespace between; item is a
- * rule. min..max items (max < 0: any number). */
-static int sequence(sc *c, const char *open, const char *close, int item, long min, long max) {
-    if (min > MAX_REPEAT || (max >= 0 && max > MAX_REPEAT))
+/* open "{" or "[", then items separated by "," and the closer, whitespace between: the k-th item
+ * (from 0) is prefix[k] while k < n_prefix, then item (item < 0: none after the prefix); min..max
+ * items (max < 0: any number). */
+static int sequence_of(sc *c, const char *open, const char *close, const int *prefix, int n_prefix, int item, long min, long max) {
+    if (item < 0 && (max < 0 || max > n_prefix)) max = n_prefix;
+    if (min > MAX_REPEAT || (max >= 0 && max > MAX_REPEAT) || n_prefix > MAX_REPEAT)
         return fail(c, NV_EUNSUPPORTED, "a repetition bound over %s is not supported", "10000");
+    if (max >= 0 && min > max) return fail(c, NV_EINVAL, "the array's items leave room for fewer than 'minItems'");
     int w = ws(c);
     nv_gbody body = {0};
-    /* after_k: k items written, next a "," or the closer */
+    /* after_k: k items written, next a "," or the closer; past the prefix, an unbounded list loops on its last state */
     int last = -1;
-    long top = max < 0 ? (min > 1 ? min : 1) : max;
+    long top = max >= 0 ? max : min > n_prefix ? min : n_prefix > 0 ? n_prefix : 1;
+    if (max < 0 && top < 1) top = 1;
     int *after = calloc((size_t)top + 1, sizeof *after);
     if (!after) return fail(c, NV_ENOMEM, "out of memory");
     for (long k = top; k >= 1; k--) {
@@ -235,7 +239,7 @@ static int sequence(sc *c, const char *open, const char *close, int item, long m
             if (!first) nv_gbody_alt(&body);
             nv_gbody_lit(c->b, &body, ",", 1);
             nv_gbody_ref(&body, w);
-            nv_gbody_ref(&body, item);
+            nv_gbody_ref(&body, k < n_prefix ? prefix[k] : item);
             nv_gbody_ref(&body, w);
             nv_gbody_ref(&body, k == top ? (max < 0 ? self : last) : last);
         }
@@ -249,7 +253,7 @@ static int sequence(sc *c, const char *open, const char *close, int item, long m
     }
     if (max != 0) {
         if (!first) nv_gbody_alt(&body);
-        nv_gbody_ref(&body, item);
+        nv_gbody_ref(&body, n_prefix > 0 ? prefix[0] : item);
         nv_gbody_ref(&body, w);
         nv_gbody_ref(&body, after[1]);
     }
@@ -259,6 +263,10 @@ static int sequence(sc *c, const char *open, const char *close, int item, long m
     nv_gbody_ref(&body, rest);
     free(after);
     return nv_gbuild_add(c->b, &body);
+}
+
+static int sequence(sc *c, const char *open, const char *close, int item, long min, long max) {
+    return sequence_of(c, open, close, NULL, 0, item, min, max);
 }
 
 static int any_value(sc *c);
@@ -435,7 +443,7 @@ static char *json_quote(const char *text) {
 static const char *const ignored_keys[] = {"title",    "description", "default",  "examples",  "$schema", "$id",
                                            "$comment", "deprecated",  "readOnly", "writeOnly", "$defs",   "definitions"};
 static const char *const known_keys[] = {"type",      "properties", "required",  "additionalProperties", "pattern",
-                                         "items",     "minItems",   "maxItems",  "minLength",
+                                         "items",     "minItems",   "maxItems",  "minLength", "prefixItems", "additionalItems",
                                          "maxLength", "enum",       "const",     "anyOf",
                                          "oneOf",     "allOf",      "$ref",      "format",
                                          "minimum",   "maximum",    "exclusiveMinimum", "exclusiveMaximum"};
@@ -617,18 +625,29 @@ static int gen_object(sc *c, const cJSON *s) {
     return sequence(c, "{", "}", member(c, NULL, string_len(c, 0, -1), value), 0, -1);
 }
 
+/* items (a schema, or false: none), minItems, maxItems; a tuple's first items each their own schema:
+ * prefixItems (2020-12, items then the rest) or items as a list (drafts 4 to 7, additionalItems the rest). */
 static int gen_array(sc *c, const cJSON *s) {
-    const cJSON *items = cJSON_GetObjectItemCaseSensitive(s, "items");
-    if (items && !cJSON_IsObject(items) && !cJSON_IsBool(items))
-        return fail(c, NV_EUNSUPPORTED, "'items' must be a schema (a list of them is not supported)");
+    const cJSON *items = cJSON_GetObjectItemCaseSensitive(s, "items"), *prefix = cJSON_GetObjectItemCaseSensitive(s, "prefixItems");
+    const cJSON *additional = cJSON_GetObjectItemCaseSensitive(s, "additionalItems");
+    if (prefix && cJSON_IsArray(items)) return fail(c, NV_EINVAL, "'prefixItems' beside a list of 'items'");
+    if (prefix && !cJSON_IsArray(prefix)) return fail(c, NV_EINVAL, "'prefixItems' must be a list of schemas");
+    if (cJSON_IsArray(items)) prefix = items, items = additional; /* the older drafts' tuple */
+    else if (additional) return fail(c, NV_EUNSUPPORTED, "'additionalItems' without a list of 'items' is not supported");
+    if (items && !cJSON_IsObject(items) && !cJSON_IsBool(items)) return fail(c, NV_EINVAL, "'items' must be a schema");
     long min = count_kw(c, s, "minItems", 0), max = count_kw(c, s, "maxItems", -1);
     if (max >= 0 && max < min) return fail(c, NV_EINVAL, "'maxItems' is below 'minItems'");
-    if (cJSON_IsFalse(items)) {
-        if (min > 0) return fail(c, NV_EINVAL, "'items': false with 'minItems' above 0 matches nothing");
-        max = 0;
-    }
-    int item = items && cJSON_IsObject(items) ? gen(c, items) : any_value(c);
-    return sequence(c, "[", "]", item, min, max);
+    const int n_prefix = prefix ? cJSON_GetArraySize(prefix) : 0;
+    if (n_prefix > MAX_REPEAT) return fail(c, NV_EUNSUPPORTED, "a tuple of over %s items is not supported", "10000");
+    if (cJSON_IsFalse(items) && min > n_prefix) return fail(c, NV_EINVAL, "'items': false with 'minItems' above the tuple's length matches nothing");
+    int *rules = n_prefix ? calloc((size_t)n_prefix, sizeof *rules) : NULL;
+    if (n_prefix && !rules) return fail(c, NV_ENOMEM, "out of memory");
+    int k = 0;
+    for (const cJSON *p = prefix ? prefix->child : NULL; p; p = p->next) rules[k++] = gen(c, p);
+    const int item = cJSON_IsFalse(items) ? -1 : items && cJSON_IsObject(items) ? gen(c, items) : any_value(c);
+    const int r = c->err == NV_OK ? sequence_of(c, "[", "]", rules, n_prefix, item, min, max) : 0;
+    free(rules);
+    return r;
 }
 
 /* ---- pattern: an ECMAScript regular expression (a subset) to the JSON strings it matches ---- */
@@ -1228,7 +1247,7 @@ static int alternatives(sc *c, const cJSON *list, const char *key) {
 /* Keywords that belong to one type, refused where no type says which values they hold for. */
 static const char *const typed_keys[] = {"minLength", "maxLength", "format", "pattern", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
 static const char *const object_keys[] = {"properties", "required", "additionalProperties"};
-static const char *const array_keys[] = {"items", "minItems", "maxItems"};
+static const char *const array_keys[] = {"items", "minItems", "maxItems", "prefixItems", "additionalItems"};
 #define COUNT(a) (sizeof a / sizeof a[0])
 
 static int gen(sc *c, const cJSON *s) {

@@ -5,6 +5,7 @@
  * - Supported: type (one or a list), properties with required (members in the order the schema
  *   lists them; optional ones may be left out; no members beyond those listed), an object
  *   without properties (any members, or additionalProperties: SCHEMA for every value), items,
+ *   tuples (prefixItems then items, or a list of items then additionalItems),
  *   minItems/maxItems, minLength/maxLength (in characters), enum, const, anyOf/oneOf (oneOf as
  *   anyOf), allOf of one schema, $ref to "#" or a JSON pointer into the document ($defs,
  *   definitions; recursion allowed), minimum/maximum and exclusive bounds on integers, and whole
@@ -12,7 +13,7 @@
  *   date, time, date-time and uuid, pattern (an ECMAScript regular expression: see
  *   docs/serving.md for the subset); annotations (title, description, default, examples,
  *   $schema, $id, $comment, deprecated, readOnly, writeOnly) are ignored. Anything else —
- *   bounds on numbers that are not whole, multipleOf, uniqueItems, prefixItems, other formats,
+ *   bounds on numbers that are not whole, multipleOf, uniqueItems, other formats,
  *   additionalProperties beside properties — is refused (NV_EUNSUPPORTED) with one line naming
  *   the keyword, rather than silently not enforced. A malformed schema is NV_EINVAL.
  * - The JSON written: between tokens and before the value (not after it) nothing, one space, or
