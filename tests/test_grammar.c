@@ -4,6 +4,7 @@
 #include <cjson/cJSON.h>
 #include <time.h>
 
+#include "base/timer.h"
 #include "model/grammar.h"
 #include "model/tokenizer.h"
 #include "serve/schema.h"
@@ -610,6 +611,38 @@ static void test_xml_calls(void) {
         nv_glazy_free(&z);
         nv_grammar_unref(g);
     }
+    /* a string's pattern need only match somewhere in it (JSON's 'pattern'), and no string held to one
+       holds '<'; a value in JSON writes '<' as \u003c; a listed string may not hold the closing */
+    cJSON *more = cJSON_Parse(
+        "[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\",\"properties\":{"
+        "\"url\":{\"type\":\"string\",\"pattern\":\"^https?://\"},\"digit\":{\"type\":\"string\",\"pattern\":\"[0-9]\"},"
+        "\"o\":{\"type\":\"object\",\"properties\":{\"s\":{\"type\":\"string\"}}}}}}}]");
+    T_CHECK(nv_tool_calls_grammar(more, NULL, &xml, 0, 0, NULL, 0, &g) == NV_OK, "%s", nv_errmsg());
+    if (g) {
+#define XF(body) "<tool_call>\n<function=f>\n" body "</function>\n</tool_call>"
+        const char *ok[] = {XF("<parameter=url>\nhttps://x.org/a?b=1\n</parameter>\n"), XF("<parameter=digit>\nabc1def\n</parameter>\n"),
+                            XF("<parameter=o>\n{\"s\": \"\\u003c/parameter>\"}\n</parameter>\n")};
+        for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) T_CHECK(accepts(g, ok[i]), "accepts %s", ok[i]);
+        const char *no[] = {XF("<parameter=url>\nftp://x\n</parameter>\n"), XF("<parameter=digit>\nabc\n</parameter>\n"),
+                            XF("<parameter=digit>\n<1\n</parameter>\n"), XF("<parameter=o>\n{\"s\": \"</parameter>\"}\n</parameter>\n"),
+                            XF("<parameter=o>\n{\"s\": \"a<b\"}\n</parameter>\n")};
+        for (size_t i = 0; i < sizeof no / sizeof no[0]; i++) T_CHECK(!accepts(g, no[i]), "refuses %s", no[i]);
+        nv_grammar_unref(g);
+    }
+    cJSON_Delete(more);
+    /* under auto a tool the form cannot hold is still callable, with any parameters */
+    more = cJSON_Parse("[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"anyOf\":[{\"type\":\"object\"}]}}},"
+                       "{\"type\":\"function\",\"function\":{\"name\":\"time\",\"parameters\":{\"type\":\"object\",\"properties\":{},"
+                       "\"additionalProperties\":false}}}]");
+    T_CHECK(nv_tool_calls_grammar(more, NULL, &xml, 1, 0, NULL, 0, &g) == NV_OK, "%s", nv_errmsg());
+    if (g) {
+        T_CHECK(accepts(g, XF("<parameter=any>\nthing\n</parameter>\n")) && accepts(g, "<tool_call>\n<function=time>\n</function>\n</tool_call>") &&
+                    !accepts(g, "<tool_call>\n<function=time>\n<parameter=x>\n1\n</parameter>\n</function>\n</tool_call>"),
+                "a tool left unheld is called freely, the others held");
+        nv_grammar_unref(g);
+    }
+    cJSON_Delete(more);
+#undef XF
     /* what a string parameter cannot be held to here is refused, naming it */
     const char *refused[][2] = {
         {"{\"type\":\"object\",\"properties\":{\"x\":{\"anyOf\":[{\"type\":\"string\",\"pattern\":\"a\"},{\"type\":\"integer\"}]}}}",
@@ -617,21 +650,42 @@ static void test_xml_calls(void) {
         {"{\"type\":\"object\",\"properties\":{\"a<b\":{\"type\":\"string\"}}}", "cannot be written"},
         {"{\"anyOf\":[{\"type\":\"object\"}]}", "'anyOf' on a tool's parameters"},
         {"{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"string\",\"pattern\":\"a\",\"maxLength\":3}}}", "beside 'pattern'"},
-        {"{\"type\":\"array\"}", "of type 'object'"}};
+        {"{\"type\":\"array\"}", "of type 'object'"},
+        {"{\"type\":\"object\",\"properties\":{\"x\":{\"enum\":[\"a</parameter>b\"]}}}", "holding \"</parameter>\""},
+        {"{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"string\",\"pattern\":\"^<b>$\"}}}", "'<' cannot be held"},
+        {"{\"type\":\"object\",\"properties\":{\"x\":{\"anyOf\":[{\"type\":\"string\"}],\"allOf\":[{\"type\":\"string\"}]}}}",
+         "'allOf' beside 'anyOf'"},
+        {"{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"string\",\"enum\":[]}}}", "non-empty"},
+        {"{\"type\":\"object\",\"properties\":{\"x\":{\"anyOf\":[{\"type\":\"integer\"},{\"$ref\":\"#/nowhere\"}]}}}",
+         "not read whole"}};
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
-        char text[512];
+        char text[1024];
         snprintf(text, sizeof text, "[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":%s}}]", refused[i][0]);
         cJSON *t = cJSON_Parse(text);
         T_CHECK(nv_tool_calls_grammar(t, NULL, &xml, 0, 0, NULL, 0, &g) != NV_OK && !g && strstr(nv_errmsg(), refused[i][1]),
                 "%s: %s", refused[i][0], nv_errmsg());
         cJSON_Delete(t);
     }
+    /* references that multiply (3 to the next level, 20 levels down to a string): refused at once, not
+       walked 3^20 times */
+    char wide[8192];
+    size_t at = (size_t)snprintf(wide, sizeof wide, "[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{"
+                                                   "\"type\":\"object\",\"properties\":{\"x\":{\"$ref\":\"#/$defs/l0\"}},\"$defs\":{");
+    for (int level = 0; level < 20; level++)
+        at += (size_t)snprintf(wide + at, sizeof wide - at, "\"l%d\":{\"anyOf\":[{\"$ref\":\"#/$defs/l%d\"},{\"$ref\":\"#/$defs/l%d\"},"
+                               "{\"$ref\":\"#/$defs/l%d\"}]},", level, level + 1, level + 1, level + 1);
+    snprintf(wide + at, sizeof wide - at, "\"l20\":{\"type\":\"string\"}}}}}]");
+    cJSON *wt = cJSON_Parse(wide);
+    const double t0 = nv_now();
+    T_CHECK(wt && nv_tool_calls_grammar(wt, NULL, &xml, 0, 0, NULL, 0, &g) != NV_OK && !g && nv_now() - t0 < 5.0,
+            "references that multiply: %s (%.1f s)", nv_errmsg(), nv_now() - t0);
+    cJSON_Delete(wt);
     /* a value's kinds, which the parser reads the text by */
     cJSON *doc = cJSON_Parse("{\"$defs\":{\"s\":{\"type\":\"string\"}}}");
     const char *kinds[][2] = {{"{\"type\":\"string\"}", "1"}, {"{\"type\":[\"integer\",\"null\"]}", "20"}, {"{\"enum\":[\"a\",1.5]}", "3"},
                               {"{\"$ref\":\"#/$defs/s\"}", "1"}, {"{\"anyOf\":[{\"type\":\"boolean\"},{}]}", "0"},
                               {"{\"properties\":{}}", "32"}, {"{}", "0"}, {"{\"$ref\":\"#/nowhere\"}", "0"},
-                              {"{\"allOf\":[{\"type\":[\"string\",\"number\"]},{\"type\":\"number\"}]}", "2"}};
+                              {"{\"allOf\":[{\"type\":[\"string\",\"number\"]},{\"type\":\"number\"}]}", "6"}};
     for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
         cJSON *s = cJSON_Parse(kinds[i][0]);
         T_CHECK(nv_schema_kinds(s, doc) == (unsigned)atoi(kinds[i][1]), "%s: %u", kinds[i][0], nv_schema_kinds(s, doc));

@@ -1136,7 +1136,8 @@ static void test_xml_tool_calls(void) {
         "<tool_call>\n<function=NAME>\n<parameter=KEY>\nVALUE\n</parameter>\n</function>\n</tool_call><|im_end|>\n{% endif %}"
         "{%- for m in messages %}<|im_start|>{{ m.role }}\n{% if m.tool_calls %}{% for tc in m.tool_calls %}<tool_call>\n"
         "<function={{ tc.function.name }}>\n{% for k, v in tc.function.arguments | items %}<parameter={{ k }}>\n"
-        "{{ v if v is string else v | tojson }}\n</parameter>\n{% endfor %}</function>\n</tool_call>{% endfor %}"
+        "{{ v | tojson if v is mapping or (v is sequence and v is not string) else v | string }}\n</parameter>\n{% endfor %}"
+        "</function>\n</tool_call>{% endfor %}"
         "{% else %}{{ m.content }}{% endif %}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
     snprintf(tmpl, sizeof tmpl, "%s", t_write("xml_tools.jinja", xml_template, sizeof xml_template - 1));
     char flags[1024];
@@ -1153,12 +1154,14 @@ static void test_xml_tool_calls(void) {
     snprintf(body, sizeof body,
              "{\"messages\":[{\"role\":\"user\",\"content\":\"Play?\"},{\"role\":\"assistant\",\"content\":\"\",\"tool_calls\":"
              "[{\"id\":\"call_1\",\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"arguments\":"
-             "\"{\\\"city\\\":\\\"Oslo\\\",\\\"days\\\":3}\"}}]},{\"role\":\"tool\",\"tool_call_id\":\"call_1\",\"content\":\"done\"}],%s}",
+             "\"{\\\"city\\\":\\\"Oslo\\\",\\\"days\\\":3,\\\"hourly\\\":true,\\\"at\\\":null,\\\"o\\\":{\\\"a\\\":[1]}}\"}}]},"
+             "{\"role\":\"tool\",\"tool_call_id\":\"call_1\",\"content\":\"done\"}],%s}",
              weather_tools);
     resp r;
     T_CHECK(http(s.port, "POST", "/apply-template", NULL, body, &r) && r.status == 200 &&
                 strstr(r.body, "<|im_start|>assistant\\n<tool_call>\\n<function=get_weather>\\n<parameter=city>\\nOslo\\n</parameter>\\n"
-                               "<parameter=days>\\n3\\n</parameter>\\n</function>\\n</tool_call><|im_end|>"),
+                               "<parameter=days>\\n3\\n</parameter>\\n<parameter=hourly>\\nTrue\\n</parameter>\\n<parameter=at>\\nNone\\n"
+                               "</parameter>\\n<parameter=o>\\n{\\\"a\\\": [1]}\\n</parameter>\\n</function>\\n</tool_call><|im_end|>"),
             "XML apply-template: %d %s", r.status, r.body);
     resp_free(&r);
     /* a schema the form cannot hold is a 400 when the call is required */

@@ -871,8 +871,21 @@ static void test_tool_parser(void) {
         /* not of the admitted kind: a string; null where admitted; a number; unknown parameters as strings */
         {XC(XP("days", "3.5") XP("note", "null") XP("ratio", "1e3") XP("wind", "12")), "", 1, "get_weather",
          "{\"days\":\"3.5\",\"note\":null,\"ratio\":1000,\"wind\":\"12\"}"},
-        {XC(XP("days", "seven") XP("hourly", "yes") XP("note", "none")), "", 1, "get_weather",
-         "{\"days\":\"seven\",\"hourly\":\"yes\",\"note\":\"none\"}"},
+        {XC(XP("days", "seven") XP("hourly", "fals") XP("note", "nil")), "", 1, "get_weather",
+         "{\"days\":\"seven\",\"hourly\":\"fals\",\"note\":\"nil\"}"},
+        /* Python's str() of None and False, as a template's `| string` writes earlier calls; a quoted text
+           where strings and more are admitted stays as written */
+        {XC(XP("note", "None") XP("hourly", "FALSE")), "", 1, "get_weather", "{\"note\":null,\"hourly\":false}"},
+        {XC(XP("note", "\"Oslo\"")), "", 1, "get_weather", "{\"note\":\"\\\"Oslo\\\"\"}"},
+        /* a value may hold the block's closing: the block ends after the function */
+        {XC(XP("city", "a </tool_call> b")) "\nAfter.", "After.", 1, "get_weather", "{\"city\":\"a </tool_call> b\"}"},
+        /* two functions in one block; a function or a value left unclosed (vLLM's reading) */
+        {"<tool_call>\n<function=play>\n</function>\n<function=get_weather>\n" XP("city", "X") "</function>\n</tool_call>", "", 2,
+         "play", "{}"},
+        {"<tool_call>\n<function=get_weather>\n" XP("city", "Oslo") "</tool_call> B", "B", 1, "get_weather", "{\"city\":\"Oslo\"}"},
+        {"<tool_call><function=play><parameter=a>1</function></tool_call>", "", 1, "play", "{\"a\":1}"},
+        {"<tool_call><function=play><parameter=a>\n1\n<parameter=b>2</parameter></function></tool_call>", "", 1, "play",
+         "{\"a\":\"1\\n<parameter=b>2\"}"}, /* a later </parameter> closes it: values may hold "<parameter=" */
         /* a parameter written twice is the last; additionalProperties' schema reads the others */
         {XC(XP("city", "A") XP("city", "B")), "", 1, "get_weather", "{\"city\":\"B\"}"},
         {"<tool_call>\n<function=play>\n" XP("speed", "5") "</function>\n</tool_call>\n<tool_call>\n<function=play>\n</function>\n"
@@ -883,10 +896,9 @@ static void test_tool_parser(void) {
         {"<tool_call>\n<function=play>\n</function>", "", 1, "play", "{}"},
         /* not calls: an unknown tool, no </function>, text after it, a parameter without its closing, no name */
         {"<tool_call>\n<function=fly>\n</function>\n</tool_call>", "<tool_call>\n<function=fly>\n</function>\n</tool_call>", 0, NULL, NULL},
-        {"<tool_call>\n<function=play>\n</tool_call> B", "<tool_call>\n<function=play>\n</tool_call> B", 0, NULL, NULL},
         {"<tool_call><function=play></function> x</tool_call>", "<tool_call><function=play></function> x</tool_call>", 0, NULL, NULL},
-        {"<tool_call><function=play><parameter=a>1</function></tool_call>", "<tool_call><function=play><parameter=a>1</function></tool_call>",
-         0, NULL, NULL},
+        {"<tool_call>\n<function=play>\n</function>\n<function=fly>\n</function>\n</tool_call>",
+         "<tool_call>\n<function=play>\n</function>\n<function=fly>\n</function>\n</tool_call>", 0, NULL, NULL}, /* one unknown: none */
         {"<tool_call><function=play><parameter=>1</parameter></function></tool_call>",
          "<tool_call><function=play><parameter=>1</parameter></function></tool_call>", 0, NULL, NULL},
     };

@@ -763,9 +763,10 @@ int cli_serve_run(int argc, char **argv, const cli_serve_job *job) {
     const char *fmt_host = strchr(host, ':') ? "[%s]" : "%s";
     char shown[300], tmpl_shown[128];
     snprintf(shown, sizeof shown, fmt_host, host);
-    snprintf(tmpl_shown, sizeof tmpl_shown, "%s%s%s%s%s", jinja ? "the model's own, run as Jinja" : nv_chat_template_name(tmpl),
+    snprintf(tmpl_shown, sizeof tmpl_shown, "%s%s%s%s", jinja ? "the model's own, run as Jinja" : nv_chat_template_name(tmpl),
              jinja && tmpl != NV_CHAT_PLAIN ? " (stops and tool calls as " : "", jinja && tmpl != NV_CHAT_PLAIN ? nv_chat_template_name(tmpl) : "",
-             jinja && tmpl != NV_CHAT_PLAIN && ctx.xml_tools ? "'s, the calls written as XML" : "", jinja && tmpl != NV_CHAT_PLAIN ? ")" : "");
+             jinja && tmpl != NV_CHAT_PLAIN ? (ctx.xml_tools ? "'s, the calls written as XML)" : ")")
+                                            : ctx.xml_tools ? " (tool calls written as XML)" : "");
     fprintf(stderr,
             "nerve %s: %s %s://%s:%d (model %s%s, engine %s, chat template %s%s, KV %s %d blocks x %d tokens = "
             "%.1f MiB, max batch %d, prefill chunk %d%s%s%s%s%s)%s\n",

@@ -64,7 +64,10 @@ nv_tool_style nv_chat_tool_style(nv_chat_template t) {
 }
 
 nv_tool_style nv_chat_jinja_tool_style(nv_chat_template t, const char *jinja_text) {
-    return jinja_text && strstr(jinja_text, "<function=") && strstr(jinja_text, "<parameter=") ? NV_TOOLS_XML : nv_chat_tool_style(t);
+    /* <tool_call> too: templates that wrap the same body in a tag of their own are another form */
+    return jinja_text && strstr(jinja_text, "<tool_call>") && strstr(jinja_text, "<function=") && strstr(jinja_text, "<parameter=")
+               ? NV_TOOLS_XML
+               : nv_chat_tool_style(t);
 }
 
 const char *nv_chat_tool_token(nv_chat_template t) {

@@ -123,7 +123,7 @@ typedef struct {
 typedef enum { NV_TOOLS_HERMES = 0, NV_TOOLS_LLAMA3, NV_TOOLS_GRANITE, NV_TOOLS_MISTRAL, NV_TOOLS_PHI4_MINI, NV_TOOLS_XML } nv_tool_style;
 nv_tool_style nv_chat_tool_style(nv_chat_template t);
 /* The calls' format of a template run as Jinja whose text is jinja_text: XML where the text writes
- * "<function=" and "<parameter=" (as Qwen3-Coder's does), else t's. */
+ * "<tool_call>", "<function=" and "<parameter=" (as Qwen3-Coder's does), else t's. */
 nv_tool_style nv_chat_jinja_tool_style(nv_chat_template t, const char *jinja_text);
 /* The form a template is given each tool's text in (nv_chat_opts.tools): a template run as Jinja gets
  * each tool whole (Hermes's one line: its variables are parsed back from it), a renderer its own form. */

@@ -18,13 +18,17 @@
 #define FRAC_DIGITS 16
 #define EXP_DIGITS 3
 #define MAX_DEPTH 64
+#define XML_PARAM_CLOSE "</parameter>" /* what ends a parameter's value in a tool call written as XML */
 #define MAX_REPEAT 10000
 #define INT_LIMIT 9999999999999999LL /* the largest INT_DIGITS-digit integer */
 
 typedef struct {
     const cJSON *target; /* what the reference resolved to: spellings of one place share a rule */
+    int mode;            /* the rule's form: JSON, JSON without '<' (c->xml), a raw string (REF_RAW) */
     int rule;
 } ref_rule;
+
+#define REF_RAW 2
 
 typedef struct {
     nv_gbuild *b;
@@ -35,6 +39,10 @@ typedef struct {
     int depth;
     int think; /* a reasoning model's <think>...</think> block may come first */
     int xml_text; /* a parameter's free text in a tool call written as XML (-1: not made yet) */
+    /* 1 while a tool call's value written as XML is made: no string in it holds '<' (so none holds
+       "</parameter>"), a JSON string writing it \u003c; the string rules of the other form wait in other */
+    int xml, other[5];
+    int rawc; /* raw_char's rule (-1: not made yet) */
     nv_err err;
 } sc;
 
@@ -139,7 +147,7 @@ static int chr(sc *c) {
     nv_gbody body = {0};
     uint8_t bits[32] = {0};
     for (unsigned x = 0x20; x < 0x80; x++)
-        if (x != '"' && x != '\\') bits[x >> 3] |= (uint8_t)(1u << (x & 7));
+        if (x != '"' && x != '\\' && (x != '<' || !c->xml)) bits[x >> 3] |= (uint8_t)(1u << (x & 7));
     int h = hex(c);
     nv_gbody_set(b, &body, bits);
     nv_gbody_alt(&body);
@@ -513,11 +521,16 @@ static const cJSON *resolve(sc *c, const char *ref) {
     return NULL;
 }
 
-static int gen_ref(sc *c, const char *ref) {
+static int raw_string(sc *c, const cJSON *s);
+static int raw_char(sc *c);
+
+/* The rule of what ref points to, made once per form (raw: as raw_string writes it). */
+static int gen_ref(sc *c, const char *ref, int raw) {
     const cJSON *target = resolve(c, ref);
     if (!target) return 0;
+    const int mode = raw ? REF_RAW : c->xml;
     for (int i = 0; i < c->n_refs; i++)
-        if (c->refs[i].target == target) return c->refs[i].rule;
+        if (c->refs[i].target == target && c->refs[i].mode == mode) return c->refs[i].rule;
     if (c->n_refs == c->cap_refs) {
         int cap = c->cap_refs ? c->cap_refs * 2 : 8;
         ref_rule *r = realloc(c->refs, (size_t)cap * sizeof *r);
@@ -527,9 +540,9 @@ static int gen_ref(sc *c, const char *ref) {
     }
     /* the rule is named before its body is made, so the target may refer to itself */
     int id = nv_gbuild_reserve(c->b);
-    c->refs[c->n_refs++] = (ref_rule){target, id};
+    c->refs[c->n_refs++] = (ref_rule){target, mode, id};
     nv_gbody body = {0};
-    nv_gbody_ref(&body, gen(c, target));
+    nv_gbody_ref(&body, raw ? raw_string(c, target) : gen(c, target));
     nv_gbuild_define(c->b, id, &body);
     return id;
 }
@@ -670,6 +683,7 @@ typedef struct {
     const char *p, *end;
     int depth;
     int raw; /* guided_regex: the whole text matches, each character written as its UTF-8 bytes */
+    int search; /* with raw: a string parameter written as XML, which (as JSON's 'pattern') need only hold a match */
 } rx;
 
 static int rx_fail(rx *r, const char *what) { return fail(r->c, NV_EUNSUPPORTED, "%s: %s", r->raw ? "regex" : "'pattern'", what); }
@@ -766,6 +780,10 @@ static void json_char(sc *c, nv_gbody *body, uint32_t cp) {
 
 /* One character as the expression's text writes it: its JSON spelling, or (raw) its UTF-8 bytes. */
 static void rx_char(rx *r, nv_gbody *body, uint32_t cp) {
+    if (cp == '<' && r->c->xml) {
+        rx_fail(r, "'<' cannot be held in a value of a tool call written as XML");
+        return;
+    }
     if (!r->raw) {
         json_char(r->c, body, cp);
         return;
@@ -782,7 +800,8 @@ static int cls_rule(rx *r, const rx_class *k) {
     uint8_t plain[32] = {0};
     int any = 0, first = 1;
     for (unsigned x = r->raw ? 0 : 0x20; x < 0x80; x++)
-        if ((r->raw || (x != '"' && x != '\\')) && (k->ascii[x >> 3] >> (x & 7) & 1)) plain[x >> 3] |= (uint8_t)(1u << (x & 7)), any = 1;
+        if ((r->raw || (x != '"' && x != '\\')) && (k->ascii[x >> 3] >> (x & 7) & 1) && !(c->xml && (x == '<' || x == 0)))
+            plain[x >> 3] |= (uint8_t)(1u << (x & 7)), any = 1;
     if (any) nv_gbody_set(c->b, &body, plain), first = 0;
     for (unsigned x = 0; x < 0x20 && !r->raw; x++)
         if (k->ascii[x >> 3] >> (x & 7) & 1) {
@@ -935,7 +954,8 @@ static int rx_seq(rx *r, int top, int *nullable) {
     int anchored_start = 0, anchored_end = 0;
     *nullable = 1;
     if (top && r->p < r->end && *r->p == '^') anchored_start = 1, r->p++;
-    if (top && !anchored_start && !r->raw) nv_gbody_ref(&body, repeat(r->c, chr(r->c), 0, -1));
+    const int pad = top && (!r->raw || r->search); /* a match anywhere: any text before and after it */
+    if (pad && !anchored_start) nv_gbody_ref(&body, repeat(r->c, r->raw ? raw_char(r->c) : chr(r->c), 0, -1));
     while (r->p < r->end && *r->p != '|' && *r->p != ')' && r->c->err == NV_OK) {
         if (top && *r->p == '$' && (r->p + 1 == r->end || r->p[1] == '|')) {
             anchored_end = 1;
@@ -948,7 +968,7 @@ static int rx_seq(rx *r, int top, int *nullable) {
         nv_gbody_ref(&body, rx_quantified(r, a, &an));
         *nullable &= an;
     }
-    if (top && !anchored_end && !r->raw) nv_gbody_ref(&body, repeat(r->c, chr(r->c), 0, -1));
+    if (pad && !anchored_end) nv_gbody_ref(&body, repeat(r->c, r->raw ? raw_char(r->c) : chr(r->c), 0, -1));
     if (r->c->err != NV_OK) {
         nv_gbody_free(&body);
         return 0;
@@ -980,7 +1000,7 @@ static int rx_alt(rx *r, int top, int *nullable) {
 
 /* "..." whose text matches pattern. */
 static int pattern_string(sc *c, const char *pattern) {
-    rx r = {c, pattern, pattern + strlen(pattern), 0, 0};
+    rx r = {c, pattern, pattern + strlen(pattern), 0, 0, 0};
     if (strlen(pattern) > 1000) return fail(c, NV_EUNSUPPORTED, "'pattern' longer than 1000 bytes is not supported");
     int nullable;
     int body_rule = rx_alt(&r, 1, &nullable);
@@ -1211,6 +1231,8 @@ static int gen_enum(sc *c, const cJSON *list, const cJSON *type, const char *key
         if (raw && (lits[k] = cJSON_malloc(strlen(e->valuestring) + 1))) strcpy(lits[k], e->valuestring);
         else if (!raw) lits[k] = cJSON_PrintUnformatted(e);
         if (!lits[k]) fail(c, NV_ENOMEM, "out of memory");
+        else if ((raw || c->xml) && strstr(lits[k], XML_PARAM_CLOSE))
+            fail(c, NV_EUNSUPPORTED, "a value of '%s' holding \"" XML_PARAM_CLOSE "\" cannot be written in a tool call as XML", key), k++;
         else if (strlen(lits[k++]) > MAX_ENUM_TEXT) fail(c, NV_EUNSUPPORTED, "'%s' values longer than 4096 bytes are not supported", key);
     }
     if (c->err == NV_OK) {
@@ -1292,7 +1314,7 @@ static int gen(sc *c, const cJSON *s) {
     int r;
     if (branch && !strcmp(branch, "$ref")) {
         const cJSON *ref = cJSON_GetObjectItemCaseSensitive(s, "$ref");
-        r = cJSON_IsString(ref) ? gen_ref(c, ref->valuestring) : fail(c, NV_EINVAL, "'$ref' must be a string");
+        r = cJSON_IsString(ref) ? gen_ref(c, ref->valuestring, 0) : fail(c, NV_EINVAL, "'$ref' must be a string");
     } else if (branch && !strcmp(branch, "const")) {
         cJSON *one = cJSON_CreateArray();
         if (!one || !cJSON_AddItemReferenceToArray(one, cJSON_GetObjectItemCaseSensitive(s, "const"))) r = fail(c, NV_ENOMEM, "out of memory");
@@ -1402,7 +1424,7 @@ static unsigned type_kinds(const cJSON *type) {
     for (const cJSON *t = cJSON_IsArray(type) ? type->child : type; t; t = cJSON_IsArray(type) ? t->next : NULL)
         for (unsigned i = 0; i < COUNT(names); i++)
             if (cJSON_IsString(t) && !strcmp(t->valuestring, names[i])) k |= 1u << i;
-    return k;
+    return k & NV_KIND_NUMBER ? k | NV_KIND_INTEGER : k; /* a number may be whole */
 }
 
 /* A schema's kinds and string_bound walk its references and branches: at most this deep, and this
@@ -1459,12 +1481,12 @@ static unsigned kinds(const cJSON *s, const cJSON *doc) {
 unsigned nv_schema_kinds(const cJSON *schema, const cJSON *doc) { return kinds(schema, doc); }
 
 /* 1 when s holds what strings it admits to more than any text: a pattern, a format, lengths, listed
- * values (or the walk ran out of work: not known to be free). */
+ * values (or it is not known to be free: the walk ran out of work or depth, a $ref points nowhere). */
 static int string_bound(const cJSON *s, const cJSON *doc, int depth, int *work) {
-    if (--*work < 0) return 1;
-    if (!cJSON_IsObject(s) || depth > KINDS_DEPTH) return 0;
+    if (--*work < 0 || depth > KINDS_DEPTH) return 1;
+    if (!cJSON_IsObject(s)) return 0;
     const cJSON *ref = cJSON_GetObjectItemCaseSensitive(s, "$ref"), *at = NULL;
-    if (cJSON_IsString(ref)) return !json_pointer(doc, ref->valuestring, &at) && string_bound(at, doc, depth + 1, work);
+    if (cJSON_IsString(ref)) return json_pointer(doc, ref->valuestring, &at) || string_bound(at, doc, depth + 1, work);
     if (cJSON_GetObjectItemCaseSensitive(s, "pattern") || cJSON_GetObjectItemCaseSensitive(s, "minLength") ||
         cJSON_GetObjectItemCaseSensitive(s, "maxLength") ||
         (cJSON_GetObjectItemCaseSensitive(s, "format") && (type_kinds(cJSON_GetObjectItemCaseSensitive(s, "type")) & NV_KIND_STRING)))
@@ -1480,7 +1502,6 @@ static int string_bound(const cJSON *s, const cJSON *doc, int depth, int *work) 
     return 0;
 }
 
-#define XML_PARAM_CLOSE "</parameter>"
 
 /* A parameter's free text: any in which "</parameter>" does not occur. */
 static int xml_text(sc *c) {
@@ -1488,9 +1509,11 @@ static int xml_text(sc *c) {
     return c->xml_text;
 }
 
-/* A character of a string parameter held to lengths: any but '<' (so that a string never holds
- * "</parameter>", which would end it) and control characters other than tab and line breaks. */
+/* A character of a string parameter held to a pattern, a format or lengths: any but '<' (so that
+ * it never holds "</parameter>", which would end it) and control characters other than tab and
+ * line breaks. */
 static int raw_char(sc *c) {
+    if (c->rawc >= 0) return c->rawc;
     nv_gbody body = {0};
     uint8_t bits[32] = {0};
     for (unsigned x = '\t'; x < 0x80; x++)
@@ -1498,49 +1521,61 @@ static int raw_char(sc *c) {
     nv_gbody_set(c->b, &body, bits);
     nv_gbody_alt(&body);
     utf8_multibyte(c, &body, 0);
-    return nv_gbuild_add(c->b, &body);
+    return c->rawc = nv_gbuild_add(c->b, &body);
 }
 
-/* The values of a schema that admits only strings, each written as it is (not as a JSON string). */
+/* The values of a schema that admits only strings (kinds says so), each written as it is (not as a
+ * JSON string): the branches as gen takes them (one, nothing beside it), each string type's pattern
+ * (a match anywhere in it, as JSON's), format or lengths, else any text without "</parameter>". */
 static int raw_string(sc *c, const cJSON *s) {
     if (c->err != NV_OK) return 0;
+    if (nv_gbuild_size(c->b) > NV_GRAMMAR_MAX_ELEMS)
+        return fail(c, NV_EUNSUPPORTED, "the schema makes a grammar over %s elements", "1,048,576");
+    if (!cJSON_IsObject(s)) return fail(c, NV_EINVAL, "a schema must be an object or a boolean");
     if (c->depth >= MAX_DEPTH) return fail(c, NV_EINVAL, "the schema nests deeper than %s levels", "64");
     for (const cJSON *k = s->child; k; k = k->next)
         if (!in_list(k->string, known_keys, COUNT(known_keys)) && !in_list(k->string, ignored_keys, COUNT(ignored_keys)))
             return fail(c, NV_EUNSUPPORTED, "'%.60s' is not supported in a schema", k->string);
-    const cJSON *ref = cJSON_GetObjectItemCaseSensitive(s, "$ref"), *cst = cJSON_GetObjectItemCaseSensitive(s, "const");
-    const cJSON *en = cJSON_GetObjectItemCaseSensitive(s, "enum"), *all = cJSON_GetObjectItemCaseSensitive(s, "allOf");
-    const cJSON *alts = cJSON_GetObjectItemCaseSensitive(s, "anyOf");
-    if (!alts) alts = cJSON_GetObjectItemCaseSensitive(s, "oneOf");
+    const char *const branches[] = {"$ref", "const", "enum", "anyOf", "oneOf", "allOf"};
+    const char *branch = NULL;
+    for (size_t i = 0; i < COUNT(branches) && !branch; i++)
+        if (cJSON_GetObjectItemCaseSensitive(s, branches[i])) branch = branches[i];
+    for (const cJSON *k = branch ? s->child : NULL; k; k = k->next) /* as gen: nothing beside the branch */
+        if (!in_list(k->string, ignored_keys, COUNT(ignored_keys)) && strcmp(k->string, branch) &&
+            (strcmp(k->string, "type") || (strcmp(branch, "enum") && strcmp(branch, "const"))))
+            return fail(c, NV_EUNSUPPORTED, "'%.60s' beside '%s' is not supported", k->string, branch);
+    const cJSON *v = branch ? cJSON_GetObjectItemCaseSensitive(s, branch) : NULL, *type = cJSON_GetObjectItemCaseSensitive(s, "type");
     int r;
     c->depth++;
-    if (cJSON_IsString(ref)) {
-        const cJSON *target = resolve(c, ref->valuestring);
-        r = target ? raw_string(c, target) : 0;
-    } else if (cst) {
+    if (branch && !strcmp(branch, "$ref")) {
+        r = cJSON_IsString(v) ? gen_ref(c, v->valuestring, 1) : fail(c, NV_EINVAL, "'$ref' must be a string");
+    } else if (branch && !strcmp(branch, "const")) {
         cJSON *list = cJSON_CreateArray();
         if (!list || !cJSON_AddItemReferenceToArray(list, cJSON_GetObjectItemCaseSensitive(s, "const"))) r = fail(c, NV_ENOMEM, "out of memory");
-        else r = gen_enum(c, list, NULL, "const", 1);
+        else r = gen_enum(c, list, type, "const", 1);
         cJSON_Delete(list);
-    } else if (en) {
-        r = gen_enum(c, en, NULL, "enum", 1);
-    } else if (cJSON_IsArray(all) && cJSON_GetArraySize(all) == 1) {
-        r = raw_string(c, all->child);
-    } else if (cJSON_IsArray(alts) && alts->child) {
-        nv_gbody body = {0};
-        for (const cJSON *e = alts->child; e; e = e->next) {
-            if (e != alts->child) nv_gbody_alt(&body);
-            nv_gbody_ref(&body, raw_string(c, e));
+    } else if (branch && !strcmp(branch, "enum")) {
+        r = cJSON_IsArray(v) && v->child ? gen_enum(c, v, type, "enum", 1) : fail(c, NV_EINVAL, "'enum' must be a non-empty array");
+    } else if (branch && !strcmp(branch, "allOf")) {
+        r = cJSON_IsArray(v) && cJSON_GetArraySize(v) == 1 ? raw_string(c, v->child)
+                                                            : fail(c, NV_EUNSUPPORTED, "'allOf' with other than one schema is not supported");
+    } else if (branch) { /* anyOf, oneOf */
+        if (!cJSON_IsArray(v) || !v->child) r = fail(c, NV_EINVAL, "'%s' must be a non-empty array", branch);
+        else if (cJSON_GetArraySize(v) > MAX_ANY_OF) r = fail(c, NV_EUNSUPPORTED, "'%s' with more than 128 schemas is not supported", branch);
+        else {
+            nv_gbody body = {0};
+            for (const cJSON *e = v->child; e; e = e->next) {
+                if (e != v->child) nv_gbody_alt(&body);
+                nv_gbody_ref(&body, raw_string(c, e));
+            }
+            r = nv_gbuild_add(c->b, &body);
         }
-        r = nv_gbuild_add(c->b, &body);
-    } else if (all) {
-        r = fail(c, NV_EUNSUPPORTED, "'allOf' with other than one schema is not supported");
     } else {
         const cJSON *pat = cJSON_GetObjectItemCaseSensitive(s, "pattern"), *fmt = cJSON_GetObjectItemCaseSensitive(s, "format");
-        int nullable;
-        rx x = {c, pat ? cJSON_GetStringValue(pat) : NULL, NULL, 0, 1};
         const int lengths = cJSON_GetObjectItemCaseSensitive(s, "minLength") || cJSON_GetObjectItemCaseSensitive(s, "maxLength");
         const long min = count_kw(c, s, "minLength", 0), max = count_kw(c, s, "maxLength", -1);
+        int nullable;
+        rx x = {c, pat ? cJSON_GetStringValue(pat) : NULL, NULL, 0, 1, 1};
         if ((pat || fmt) && lengths)
             r = fail(c, NV_EUNSUPPORTED, "'minLength' and 'maxLength' beside 'pattern' or 'format' are not supported");
         else if (pat && fmt)
@@ -1575,7 +1610,8 @@ static int xml_value(sc *c, const cJSON *s) {
     if (k == NV_KIND_STRING) return raw_string(c, s);
     if (string_bound(s, c->doc, 0, &work))
         return fail(c, NV_EUNSUPPORTED, "a parameter that may be a string or another value, its strings held to a pattern, "
-                                        "a format, lengths or listed values, is not supported in tool calls written as XML");
+                                        "a format, lengths or listed values (or its schema not read whole), is not supported in "
+                                        "tool calls written as XML");
     return xml_text(c);
 }
 
@@ -1651,6 +1687,18 @@ static int xml_params(sc *c, const cJSON *params) {
     return rest;
 }
 
+/* Values of tool calls written as XML (on) or JSON (off): the string rules of the other form are
+ * put aside, so each form's rules are made once and never mixed. */
+static void set_xml(sc *c, int on) {
+    if (c->xml == on) return;
+    int *mine[5] = {&c->chr, &c->string, &c->value, &c->object_any, &c->array_any};
+    for (int i = 0; i < 5; i++) {
+        const int t = *mine[i];
+        *mine[i] = c->other[i], c->other[i] = t;
+    }
+    c->xml = on;
+}
+
 /* root ::= ws T */
 static nv_err finish(sc *c, int top, nv_grammar **out) {
     int root = 0;
@@ -1672,6 +1720,8 @@ static nv_err finish(sc *c, int top, nv_grammar **out) {
 static nv_err start(sc *c, const cJSON *doc) {
     memset(c, 0, sizeof *c);
     c->ws = c->value = c->string = c->chr = c->number = c->integer = c->digit = c->hex = c->object_any = c->array_any = c->xml_text = -1;
+    for (int i = 0; i < 5; i++) c->other[i] = -1;
+    c->rawc = -1;
     c->doc = doc;
     if (!(c->b = nv_gbuild_new())) return nv_fail(NV_ENOMEM, "out of memory");
     return NV_OK;
@@ -1749,7 +1799,7 @@ nv_err nv_tool_calls_grammar(const cJSON *tools, const char *only, const nv_call
     NV_TRY(start(&c, NULL));
     c.think = think;
     nv_gbody calls = {0};
-    int n_ok = 0, skipped = 0;
+    int n_ok = 0, n_held = 0, skipped = 0;
     char key[80], why[512] = "no tool to call";
     snprintf(key, sizeof key, "\"%s\"", frame->xml ? "" : frame->args_key);
     for (const cJSON *t = tools ? tools->child : NULL; t && c.err == NV_OK; t = t->next) {
@@ -1758,6 +1808,7 @@ nv_err nv_tool_calls_grammar(const cJSON *tools, const char *only, const nv_call
         const cJSON *params = cJSON_GetObjectItemCaseSensitive(fn, "parameters");
         if (!name || (only && strcmp(only, name))) continue;
         c.doc = params; /* a tool's $ref points into its own parameters */
+        set_xml(&c, frame->xml);
         int args = frame->xml ? xml_params(&c, params) : params && !cJSON_IsNull(params) ? gen(&c, params) : (any_value(&c), c.object_any);
         if (c.err != NV_OK) {
             snprintf(why, sizeof why, "tool '%.64s': %s", name, nv_errmsg());
@@ -1766,7 +1817,10 @@ nv_err nv_tool_calls_grammar(const cJSON *tools, const char *only, const nv_call
             c.err = NV_OK;
             c.depth = 0;
             skipped = 1;
-            continue;
+            /* its calls may still be written: any arguments */
+            args = frame->xml ? xml_params(&c, NULL) : (any_value(&c), c.object_any);
+        } else {
+            n_held++;
         }
         char lit[96];
         nv_gbody body = {0};
@@ -1793,7 +1847,8 @@ nv_err nv_tool_calls_grammar(const cJSON *tools, const char *only, const nv_call
         if (n_ok++) nv_gbody_alt(&calls);
         nv_gbody_ref(&calls, nv_gbuild_add(c.b, &body));
     }
-    if (c.err == NV_OK && !n_ok) c.err = nv_fail(skipped ? NV_EUNSUPPORTED : NV_EINVAL, "%s", why);
+    set_xml(&c, 0);
+    if (c.err == NV_OK && !n_held) c.err = nv_fail(skipped ? NV_EUNSUPPORTED : NV_EINVAL, "%s", why);
     else if (c.err != NV_OK) c.err = nv_fail(c.err, "%s", why);
     if (c.err != NV_OK) nv_gbody_free(&calls);
     int value = c.err == NV_OK ? nv_gbuild_add(c.b, &calls) : 0;
@@ -1839,7 +1894,7 @@ nv_err nv_regex_grammar(const char *pattern, int think, nv_grammar **out) {
     sc c;
     NV_TRY(start(&c, NULL));
     c.think = think;
-    rx r = {&c, pattern, pattern + strlen(pattern), 0, 1};
+    rx r = {&c, pattern, pattern + strlen(pattern), 0, 1, 0};
     int nullable, top = 0;
     if (strlen(pattern) > 4000) fail(&c, NV_EUNSUPPORTED, "regex: longer than 4000 bytes is not supported");
     else top = rx_alt(&r, 1, &nullable);

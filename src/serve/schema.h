@@ -54,16 +54,20 @@ nv_err nv_schema_grammar_framed(const cJSON *schema, const char *prefix, const c
  * calls, each after the first preceded by item_sep (Granite's <|tool_call|>[A, B]). xml: a call is
  * instead <function=NAME>\n, each parameter as <parameter=KEY>\nVALUE\n</parameter>\n, then
  * </function> (Qwen3-Coder's form; args_key unused): the properties in the schema's order, those not
- * required left out or not, a string VALUE written as it is (its enum, const, pattern, format and
- * lengths held; one held to lengths has no '<'), any other as its JSON text, a parameter that admits strings and other
- * values (or whose schema does not say) as any text in which "</parameter>" does not occur. */
+ * required left out or not, a string VALUE written as it is (its enum, const, pattern (a match anywhere
+ * in it), format and lengths held; one held to a pattern, format or lengths has no '<'), any other as
+ * its JSON text (no '<' in its strings but as \u003c), a parameter that admits strings and other
+ * values (or whose schema does not say) as any text in which "</parameter>" does not occur; under
+ * skip_bad a tool left out is still callable, with any parameters. */
 typedef struct {
     const char *args_key, *prefix, *suffix, *sep, *item_sep;
     int xml;
 } nv_call_frame;
 
-/* The kinds of JSON value schema admits (its type, enum or const values, the union of its anyOf or
- * oneOf branches, its $ref's target in doc), as bits; 0 when it does not say (any value). */
+/* The kinds of JSON value schema admits (its type, "number" holding "integer"; enum or const
+ * values; the union of its anyOf or oneOf branches, what all its allOf ones admit; its $ref's target
+ * in doc), as bits; 0 when it does not say (any value), or when the walk goes past 16 levels or
+ * 4096 schemas (an untrusted schema's branches could multiply without end). */
 enum { NV_KIND_STRING = 1, NV_KIND_NUMBER = 2, NV_KIND_INTEGER = 4, NV_KIND_BOOLEAN = 8, NV_KIND_NULL = 16, NV_KIND_OBJECT = 32, NV_KIND_ARRAY = 64 };
 unsigned nv_schema_kinds(const cJSON *schema, const cJSON *doc);
 
@@ -72,8 +76,9 @@ unsigned nv_schema_kinds(const cJSON *schema, const cJSON *doc);
  * any object), after a think block as nv_schema_grammar_ex's when think. answer (not NULL), or
  * answer_object: the calls or, instead of them, an answer in JSON that answer's schema accepts
  * (answer_object: any object), as nv_schema_grammar_ex's (response_format beside tools: the model
- * calls, or answers in the format). skip_bad: a tool whose parameters cannot be compiled is left out, with a warning (an error only when none is
- * left); otherwise its error is returned, naming the tool. */
+ * calls, or answers in the format). skip_bad: a tool whose parameters cannot be compiled is not held
+ * to them (its calls take any arguments), with a warning (an error when no tool is held); otherwise
+ * its error is returned, naming the tool. */
 nv_err nv_tool_calls_grammar(const cJSON *tools, const char *only, const nv_call_frame *frame, int skip_bad, int think,
                              const cJSON *answer, int answer_object, nv_grammar **out);
 

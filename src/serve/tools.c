@@ -275,6 +275,14 @@ static int call_of_json(const nv_tool_parser *p, const cJSON *j, nv_tool_call *o
     return ok;
 }
 
+static int add_call(nv_tool_call **calls, int *n, const nv_tool_call *c) {
+    nv_tool_call *v = realloc(*calls, (size_t)(*n + 1) * sizeof *v);
+    if (!v) return -1;
+    *calls = v;
+    v[(*n)++] = *c;
+    return 0;
+}
+
 /* ---- calls written as XML (Qwen3-Coder's) ---- */
 
 /* The parameters schema of the request's tool named name (NULL: none given). */
@@ -288,28 +296,30 @@ static const cJSON *tool_params(const nv_tool_parser *p, const char *name, size_
 }
 
 /* A parameter's text (s, n bytes) as the value its schema (in params) admits: a string as it is
- * where only strings are admitted or the schema does not say; else the JSON value the text is, when
- * its kind is admitted ("true"/"false" in any case for a boolean); else the text as a string. */
+ * where only strings are admitted or the schema does not say; else the value the text is, when its
+ * kind is admitted (JSON's; "true"/"false" in any case for a boolean, "null"/"None" in any case for
+ * null, as Python's str() writes them in a conversation's earlier calls); else the text as a string.
+ * A string is always the text as written, never a JSON string literal unwrapped. */
 static cJSON *xml_value(const cJSON *schema, const cJSON *params, const char *s, size_t n) {
     const unsigned kinds = schema ? nv_schema_kinds(schema, params) : 0;
-    cJSON *v = NULL;
     if (kinds && kinds != NV_KIND_STRING) {
-        if ((kinds & NV_KIND_BOOLEAN) && (n == 4 || n == 5) && (!strncasecmp(s, "true", n) || !strncasecmp(s, "false", n)))
+        if ((kinds & NV_KIND_BOOLEAN) && ((n == 4 && !strncasecmp(s, "true", 4)) || (n == 5 && !strncasecmp(s, "false", 5))))
             return cJSON_CreateBool(n == 4);
-        v = nv_json_parse_whole(s, n);
-        if (v && !(kinds & (cJSON_IsString(v) ? NV_KIND_STRING
-                            : cJSON_IsNumber(v) ? (NV_KIND_NUMBER | (v->valuedouble == floor(v->valuedouble) ? NV_KIND_INTEGER : 0u))
-                            : cJSON_IsBool(v)   ? NV_KIND_BOOLEAN
-                            : cJSON_IsNull(v)   ? NV_KIND_NULL
-                            : cJSON_IsObject(v) ? NV_KIND_OBJECT
-                                                : NV_KIND_ARRAY))) {
-            cJSON_Delete(v);
-            v = NULL;
-        }
-        if (v) return v;
+        if ((kinds & NV_KIND_NULL) && ((n == 4 && !strncasecmp(s, "null", 4)) || (n == 4 && !strncasecmp(s, "none", 4))))
+            return cJSON_CreateNull();
+        cJSON *v = nv_json_parse_whole(s, n);
+        const unsigned got = !v                  ? 0u
+                             : cJSON_IsString(v) ? 0u /* the text itself is the string */
+                             : cJSON_IsNumber(v) ? (NV_KIND_NUMBER | (v->valuedouble == floor(v->valuedouble) ? NV_KIND_INTEGER : 0u))
+                             : cJSON_IsBool(v)   ? NV_KIND_BOOLEAN
+                             : cJSON_IsNull(v)   ? NV_KIND_NULL
+                             : cJSON_IsObject(v) ? NV_KIND_OBJECT
+                                                 : NV_KIND_ARRAY;
+        if (got & kinds) return v;
+        cJSON_Delete(v);
     }
     char *text = strndup(s, n);
-    v = text ? cJSON_CreateString(text) : NULL;
+    cJSON *v = text ? cJSON_CreateString(text) : NULL;
     free(text);
     return v;
 }
@@ -324,69 +334,117 @@ static int starts(const char *s, const char *end, const char *lit) {
     return (size_t)(end - s) >= n && !memcmp(s, lit, n);
 }
 
-/* A call from <function=NAME>\n(<parameter=KEY>\nVALUE\n</parameter>\n)*</function>, with white space
- * around (one line break at each end of a value is the form's, not the value's); 1 when it is one
- * naming a known tool, 0 when not, -1 when out of memory. */
-static int parse_xml_call(const nv_tool_parser *p, const char *text, size_t n, nv_tool_call *out) {
+static const char *find(const char *s, const char *end, const char *lit) { return memmem(s, (size_t)(end - s), lit, strlen(lit)); }
+
+/* Where a parameter's value that begins at v ends: its "</parameter>" (*after: past it); one never
+ * closed ends, as vLLM reads it, at the next "<parameter=", "</function>" or the end (*after: there). */
+static const char *value_end(const char *v, const char *end, const char **after) {
+    const char *close = find(v, end, "</parameter>");
+    if (close) return *after = close + 12, close;
+    const char *e = end, *np = find(v, end, "<parameter="), *fe = find(v, end, "</function>");
+    if (np && np < e) e = np;
+    if (fe && fe < e) e = fe;
+    return *after = e, e;
+}
+
+/* In a block of calls written as XML (s, n bytes after <tool_call>): where its </tool_call> is, read
+ * past the functions and values (which may hold that text); NULL while the text so far cannot say
+ * (final: the first after where the reading stops, or NULL). */
+static const char *xml_block_end(const char *s, size_t n, int final) {
+    const char *p = s, *end = s + n;
+    for (;;) {
+        p = skip_ws(p, end);
+        if (starts(p, end, "</tool_call>")) return p;
+        if (starts(p, end, "</function>")) {
+            p += 11;
+            continue;
+        }
+        const int fn = starts(p, end, "<function="), par = starts(p, end, "<parameter=");
+        const char *gt = fn || par ? memchr(p, '>', (size_t)(end - p)) : NULL;
+        const char *close = par && gt ? find(gt, end, "</parameter>") : NULL;
+        if (fn && gt) p = gt + 1;
+        else if (close) p = close + 12;
+        else if (!final && (fn || par)) return NULL; /* more may come that decides */
+        else return find(p, end, "</tool_call>");
+    }
+}
+
+/* The calls of a block written as XML (text, n bytes inside <tool_call>...</tool_call>): one or more
+ * <function=NAME>\n(<parameter=KEY>\nVALUE\n</parameter>\n)*</function> with white space around
+ * (one line break at each end of a value is the form's, not the value's; a parameter written twice is
+ * the last; an unclosed function ends at the next or at the block's end); all of them calls of
+ * known tools, added to *calls, or none: 1, 0 (not calls), -1 (out of memory). */
+static int xml_calls(nv_tool_parser *p, const char *text, size_t n, nv_tool_call **calls, int *n_calls) {
     const char *s = skip_ws(text, text + n), *end = text + n;
-    if (!starts(s, end, "<function=")) return 0;
-    s += 10;
-    const char *gt = memchr(s, '>', (size_t)(end - s));
-    if (!gt || gt == s || memchr(s, '\n', (size_t)(gt - s))) return 0;
-    const char *name = s;
-    const size_t name_n = (size_t)(gt - s);
-    int known = 0;
-    for (int i = 0; i < p->n_names && !known; i++) known = strlen(p->names[i]) == name_n && !memcmp(p->names[i], name, name_n);
-    if (!known) return 0;
-    const cJSON *params = tool_params(p, name, name_n), *props = cJSON_GetObjectItemCaseSensitive(params, "properties");
-    const cJSON *add = cJSON_GetObjectItemCaseSensitive(params, "additionalProperties");
-    cJSON *args = cJSON_CreateObject();
-    int ok = args ? 0 : -1;
-    for (s = gt + 1; ok == 0;) {
-        s = skip_ws(s, end);
-        if (starts(s, end, "</function>")) {
-            ok = skip_ws(s + 11, end) == end; /* nothing but white space after it */
+    int ok = starts(s, end, "<function="), made = 0;
+    while (ok > 0 && s < end) {
+        s += 10;
+        const char *gt = memchr(s, '>', (size_t)(end - s));
+        if (!gt || gt == s || memchr(s, '\n', (size_t)(gt - s))) {
+            ok = 0;
             break;
         }
-        if (!starts(s, end, "<parameter=")) break;
-        s += 11;
-        const char *kgt = memchr(s, '>', (size_t)(end - s));
-        if (!kgt || kgt == s || memchr(s, '\n', (size_t)(kgt - s))) break;
-        const char *v = kgt + 1, *close = memmem(v, (size_t)(end - v), "</parameter>", 12);
-        if (!close) break;
-        const char *ve = close;
-        if (v < ve && *v == '\n') v++;
-        if (ve > v && ve[-1] == '\n') ve--;
-        char *key = strndup(s, (size_t)(kgt - s));
-        const cJSON *schema = key ? cJSON_GetObjectItemCaseSensitive(props, key) : NULL;
-        cJSON *value = key ? xml_value(schema ? schema : cJSON_IsObject(add) ? add : NULL, params, v, (size_t)(ve - v)) : NULL;
-        if (!value) ok = -1;
-        else if (cJSON_GetObjectItemCaseSensitive(args, key)) cJSON_ReplaceItemInObjectCaseSensitive(args, key, value); /* the last one written */
-        else if (!cJSON_AddItemToObject(args, key, value)) cJSON_Delete(value), ok = -1;
-        free(key);
-        s = close + 12;
+        const char *name = s;
+        const size_t name_n = (size_t)(gt - s);
+        int known = 0;
+        for (int i = 0; i < p->n_names && !known; i++) known = strlen(p->names[i]) == name_n && !memcmp(p->names[i], name, name_n);
+        const cJSON *params = tool_params(p, name, name_n), *props = cJSON_GetObjectItemCaseSensitive(params, "properties");
+        const cJSON *add = cJSON_GetObjectItemCaseSensitive(params, "additionalProperties");
+        cJSON *args = known ? cJSON_CreateObject() : NULL;
+        ok = !known ? 0 : args ? 1 : -1;
+        for (s = gt + 1; ok > 0;) {
+            s = skip_ws(s, end);
+            if (starts(s, end, "</function>")) {
+                s = skip_ws(s + 11, end);
+                break;
+            }
+            if (s == end || starts(s, end, "<function=")) break; /* its </function> left out */
+            if (!starts(s, end, "<parameter=")) {
+                ok = 0;
+                break;
+            }
+            s += 11;
+            const char *kgt = memchr(s, '>', (size_t)(end - s));
+            if (!kgt || kgt == s || memchr(s, '\n', (size_t)(kgt - s))) {
+                ok = 0;
+                break;
+            }
+            const char *v = kgt + 1, *next, *ve = value_end(v, end, &next);
+            if (v < ve && *v == '\n') v++;
+            if (ve > v && ve[-1] == '\n') ve--;
+            char *key = strndup(s, (size_t)(kgt - s));
+            const cJSON *schema = key ? cJSON_GetObjectItemCaseSensitive(props, key) : NULL;
+            cJSON *value = key ? xml_value(schema ? schema : cJSON_IsObject(add) ? add : NULL, params, v, (size_t)(ve - v)) : NULL;
+            if (!value) ok = -1;
+            else if (cJSON_GetObjectItemCaseSensitive(args, key)) { /* the last one written */
+                if (!cJSON_ReplaceItemInObjectCaseSensitive(args, key, value)) cJSON_Delete(value), ok = -1;
+            } else if (!cJSON_AddItemToObject(args, key, value))
+                cJSON_Delete(value), ok = -1;
+            free(key);
+            s = next;
+        }
+        nv_tool_call c;
+        if (ok > 0) ok = make_call(p->style, name, name_n, args, &c);
+        if (ok > 0 && add_call(calls, n_calls, &c) < 0) free(c.name), free(c.arguments), ok = -1;
+        made += ok > 0;
+        cJSON_Delete(args);
+        if (ok > 0 && s < end && !starts(s, end, "<function=")) ok = 0; /* text after the calls */
     }
-    if (ok > 0) ok = make_call(p->style, name, name_n, args, out);
-    cJSON_Delete(args);
+    if (ok <= 0) { /* take back what this block added */
+        for (int i = *n_calls - made; i < *n_calls; i++) free((*calls)[i].name), free((*calls)[i].arguments);
+        *n_calls -= made;
+    } else {
+        p->n_calls += made - 1; /* the caller counts one */
+    }
     return ok;
 }
 
-/* A call from JSON text (only white space may follow it), or from XML in that style. */
+/* A call from JSON text (only white space may follow it). */
 static int parse_call(const nv_tool_parser *p, const char *text, size_t n, nv_tool_call *out) {
-    const char *first = skip_ws(text, text + n);
-    if (p->style == NV_TOOLS_XML && first < text + n && *first == '<') return parse_xml_call(p, text, n, out);
     cJSON *j = nv_json_parse_whole(text, n);
     int ok = call_of_json(p, j, out);
     cJSON_Delete(j);
     return ok;
-}
-
-static int add_call(nv_tool_call **calls, int *n, const nv_tool_call *c) {
-    nv_tool_call *v = realloc(*calls, (size_t)(*n + 1) * sizeof *v);
-    if (!v) return -1;
-    *calls = v;
-    v[(*n)++] = *c;
-    return 0;
 }
 
 enum { OUTSIDE = 0, IN_CALL, DECIDING, PLAIN };
@@ -427,12 +485,14 @@ static int feed_hermes(nv_tool_parser *p, int final, nv_buf *content, nv_tool_ca
             break;
         }
         /* IN_CALL */
-        const char *end = memmem(s, left, close, sizeof close - 1);
+        const char *first = skip_ws(s, s + left);
+        const int xml = p->style == NV_TOOLS_XML && (first == s + left || *first != '{'); /* else Hermes's JSON */
+        const char *end = xml ? xml_block_end(s, left, final) : memmem(s, left, close, sizeof close - 1);
         if (!end && !final) break;
         size_t body = end ? (size_t)(end - s) : left;
         nv_tool_call c;
-        int ok = parse_call(p, s, body, &c);
-        if (ok > 0 && add_call(calls, n_calls, &c) < 0) {
+        int ok = xml ? xml_calls(p, s, body, calls, n_calls) : parse_call(p, s, body, &c);
+        if (!xml && ok > 0 && add_call(calls, n_calls, &c) < 0) {
             free(c.name);
             free(c.arguments);
             ok = -1;
