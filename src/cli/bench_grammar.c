@@ -64,12 +64,22 @@ int bench_grammar(int argc, char **argv, const bench_opts *o) {
                               "\"minimum\":0,\"maximum\":150},\"tags\":{\"type\":\"array\",\"items\":{\"type\":\"string\"}}},"
                               "\"required\":[\"name\",\"age\",\"tags\"]}";
     cJSON *schema = cJSON_Parse(schema_text);
-    nv_grammar *g = NULL;
+    nv_grammar *g = NULL, *gx = NULL;
     if (e == NV_OK) e = nv_schema_grammar(schema, &g);
-    cJSON_Delete(schema);
+    /* the same arguments in a tool call written as XML (Qwen3-Coder's form): a string as it is */
+    cJSON *tools = cJSON_CreateArray(), *tool = cJSON_CreateObject(), *fn = cJSON_AddObjectToObject(tool, "function");
+    cJSON_AddItemToArray(tools, tool);
+    cJSON_AddStringToObject(tool, "type", "function");
+    cJSON_AddStringToObject(fn, "name", "person");
+    cJSON_AddItemToObject(fn, "parameters", schema);
+    const nv_call_frame xml = {.prefix = "<tool_call>\n", .suffix = "\n</tool_call>", .xml = 1};
+    if (e == NV_OK) e = nv_tool_calls_grammar(tools, NULL, &xml, 0, 0, NULL, 0, &gx);
+    cJSON_Delete(tools);
     uint8_t *mask = malloc((size_t)vocab);
     if (e != NV_OK || !mask) {
         free(mask);
+        nv_grammar_unref(g);
+        nv_grammar_unref(gx);
         nv_gtrie_free(tr);
         nv_tokenizer_free(tok);
         return cli_error(CMD, 1, "%s", e != NV_OK ? nv_errmsg() : "out of memory");
@@ -77,16 +87,19 @@ int bench_grammar(int argc, char **argv, const bench_opts *o) {
     /* where a JSON answer spends its tokens: the states a mask is asked for */
     static const struct {
         const char *name, *prefix;
+        int xml;
     } states[] = {
-        {"start", ""},
-        {"key", "{\"name\": \"Ann\", "},
-        {"string", "{\"name\": \"Once upon a time there "},
-        {"integer", "{\"name\": \"Ann\", \"age\": 1"},
-        {"array", "{\"name\": \"Ann\", \"age\": 7, \"tags\": [\"a\", "},
+        {"start", "", 0},
+        {"key", "{\"name\": \"Ann\", ", 0},
+        {"string", "{\"name\": \"Once upon a time there ", 0},
+        {"integer", "{\"name\": \"Ann\", \"age\": 1", 0},
+        {"array", "{\"name\": \"Ann\", \"age\": 7, \"tags\": [\"a\", ", 0},
+        {"xml_string", "<tool_call>\n<function=person>\n<parameter=name>\nOnce upon a time there ", 1},
+        {"xml_integer", "<tool_call>\n<function=person>\n<parameter=name>\nAnn\n</parameter>\n<parameter=age>\n1", 1},
     };
     const double min_s = o->quick ? 0.05 : 0.5;
     for (size_t i = 0; i < sizeof states / sizeof states[0]; i++) {
-        grammar_ctx c = {nv_gmatch_new(g), tr, tok, mask, vocab, 0, nv_tokenizer_lookup(tok, "▁the")};
+        grammar_ctx c = {nv_gmatch_new(states[i].xml ? gx : g), tr, tok, mask, vocab, 0, nv_tokenizer_lookup(tok, "▁the")};
         if (c.probe < 0) c.probe = vocab / 2;
         bench_row r;
         row_begin(&r, "grammar", "cpu", 1);
@@ -113,6 +126,7 @@ int bench_grammar(int argc, char **argv, const bench_opts *o) {
     }
     free(mask);
     nv_grammar_unref(g);
+    nv_grammar_unref(gx);
     nv_gtrie_free(tr);
     nv_tokenizer_free(tok);
     return 0;
