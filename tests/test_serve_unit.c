@@ -897,6 +897,13 @@ static void test_tool_parser(void) {
         /* not calls: an unknown tool, no </function>, text after it, a parameter without its closing, no name */
         {"<tool_call>\n<function=fly>\n</function>\n</tool_call>", "<tool_call>\n<function=fly>\n</function>\n</tool_call>", 0, NULL, NULL},
         {"<tool_call><function=play></function> x</tool_call>", "<tool_call><function=play></function> x</tool_call>", 0, NULL, NULL},
+        /* functions without their <tool_call> (vLLM's fallback); prose that only names the form stays */
+        {"Sure.\n<function=play>\n</function>", "Sure.", 1, "play", "{}"},
+        {"<function=get_weather>\n" XP("city", "Oslo") "</function>\nDone.", "Done.", 1, "get_weather", "{\"city\":\"Oslo\"}"},
+        {"<function=play>\n" XP("a", "1"), "", 1, "play", "{\"a\":1}"},
+        {"<function=play>\n</function>\n<function=play>\n" XP("b", "2") "</function>", "", 2, "play", "{}"},
+        {"Write <function=NAME> then its parameters.", "Write <function=NAME> then its parameters.", 0, NULL, NULL},
+        {"<function=fly>\n</function> x", "<function=fly>\n</function> x", 0, NULL, NULL},
         {"<tool_call>\n<function=play>\n</function>\n<function=fly>\n</function>\n</tool_call>",
          "<tool_call>\n<function=play>\n</function>\n<function=fly>\n</function>\n</tool_call>", 0, NULL, NULL}, /* one unknown: none */
         {"<tool_call><function=play><parameter=>1</parameter></function></tool_call>",

@@ -369,6 +369,27 @@ static const char *xml_block_end(const char *s, size_t n, int final) {
     }
 }
 
+static int could_become(const char *s, const char *end, const char *lit) {
+    return (size_t)(end - s) < strlen(lit) && !memcmp(s, lit, (size_t)(end - s));
+}
+
+/* A call written as XML without its <tool_call> (s, n bytes from "<function="; vLLM reads these too):
+ * where it ends, past its </function>; NULL while the text so far cannot say (final: NULL, the rest
+ * is the call). */
+static const char *xml_bare_end(const char *s, size_t n, int final) {
+    const char *p = s, *end = s + n, *gt = memchr(s, '>', n);
+    if (!gt) return NULL;
+    for (p = gt + 1;;) {
+        p = skip_ws(p, end);
+        const char *close = starts(p, end, "<parameter=") ? find(p, end, "</parameter>") : NULL;
+        if (close) p = close + 12;
+        else if (starts(p, end, "</function>")) return p + 11;
+        else if (!final && (starts(p, end, "<parameter=") || could_become(p, end, "<parameter=") || could_become(p, end, "</function>")))
+            return NULL;
+        else return final && p == end ? NULL : p; /* its </function> left out: it ends here */
+    }
+}
+
 /* The calls of a block written as XML (text, n bytes inside <tool_call>...</tool_call>): one or more
  * <function=NAME>\n(<parameter=KEY>\nVALUE\n</parameter>\n)*</function> with white space around
  * (one line break at each end of a value is the form's, not the value's; a parameter written twice is
@@ -464,17 +485,22 @@ static int feed_hermes(nv_tool_parser *p, int final, nv_buf *content, nv_tool_ca
         }
         if (p->state == OUTSIDE) {
             const char *at = memmem(s, left, open, sizeof open - 1);
+            const char *bare = p->style == NV_TOOLS_XML ? memmem(s, left, "<function=", 10) : NULL; /* a call without its tag */
+            p->bare = bare && (!at || bare < at);
+            if (p->bare) at = bare;
             if (at) {
                 size_t k = (size_t)(at - s), keep = k;
                 while (keep && is_ws(s[keep - 1])) keep--; /* the white space before a call goes... */
                 nv_buf_append(content, s, keep);
                 nv_buf_append(&p->ws, s + keep, k - keep); /* ...unless the block turns out not to be one */
-                used += k + sizeof open - 1;
+                used += k + (p->bare ? 0 : sizeof open - 1);
                 p->state = IN_CALL;
                 continue;
             }
             /* hold back what may still begin a call: a piece of the tag, and white space before it */
-            size_t keep = final ? left : left - nv_partial_tag(s, left, open);
+            size_t part = nv_partial_tag(s, left, open);
+            if (p->style == NV_TOOLS_XML && nv_partial_tag(s, left, "<function=") > part) part = nv_partial_tag(s, left, "<function=");
+            size_t keep = final ? left : left - part;
             size_t emit = keep;
             if (!final || p->n_calls)
                 while (emit && is_ws(s[emit - 1])) emit--;
@@ -487,9 +513,10 @@ static int feed_hermes(nv_tool_parser *p, int final, nv_buf *content, nv_tool_ca
         /* IN_CALL */
         const char *first = skip_ws(s, s + left);
         const int xml = p->style == NV_TOOLS_XML && (first == s + left || *first != '{'); /* else Hermes's JSON */
-        const char *end = xml ? xml_block_end(s, left, final) : memmem(s, left, close, sizeof close - 1);
+        const char *end = p->bare ? xml_bare_end(s, left, final) : xml ? xml_block_end(s, left, final) : memmem(s, left, close, sizeof close - 1);
         if (!end && !final) break;
         size_t body = end ? (size_t)(end - s) : left;
+        const size_t closing = end && !p->bare ? sizeof close - 1 : 0; /* a bare call's end is its own */
         nv_tool_call c;
         int ok = xml ? xml_calls(p, s, body, calls, n_calls) : parse_call(p, s, body, &c);
         if (!xml && ok > 0 && add_call(calls, n_calls, &c) < 0) {
@@ -508,11 +535,11 @@ static int feed_hermes(nv_tool_parser *p, int final, nv_buf *content, nv_tool_ca
         } else { /* not a call after all: the block as it was written, with the blank before it */
             nv_buf_append(content, p->ws.data ? p->ws.data : "", p->ws.len);
             nv_buf_consume(&p->ws, p->ws.len);
-            nv_buf_append(content, open, sizeof open - 1);
+            if (!p->bare) nv_buf_append(content, open, sizeof open - 1);
             nv_buf_append(content, s, body);
-            if (end) nv_buf_append(content, close, sizeof close - 1);
+            nv_buf_append(content, close, closing);
         }
-        used += body + (end ? sizeof close - 1 : 0);
+        used += body + closing;
         p->state = OUTSIDE;
         if (!end) break;
     }

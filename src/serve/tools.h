@@ -20,7 +20,8 @@
  *   blocks, each holding <function=NAME>\n(<parameter=KEY>\nVALUE\n</parameter>\n)*</function> (or
  *   Hermes's JSON); a VALUE is read as its parameter's schema admits (nv_schema_kinds): a string as
  *   written where only strings are (or the schema does not say), else the JSON value it is when of
- *   an admitted kind, else a string; a parameter written twice is the last. Text that
+ *   an admitted kind, else a string; a parameter written twice is the last; functions without their
+ *   <tool_call> are read as calls too (vLLM's fallback). Text that
  *   may still turn out to be a call is held back until it is decided, so streamed content never
  *   has to be taken back.
  * - Calls get ids "call_" + 24 random letters and digits (Mistral style: 9 letters and digits, which
@@ -77,6 +78,7 @@ typedef struct {
     nv_buf ws;   /* the blank before a block being read (dropped if it is a call) */
     int state;
     int after_call; /* white space after a call is dropped */
+    int bare;       /* XML style: the call being read came without its <tool_call> */
     int n_calls;
 } nv_tool_parser;
 
