@@ -223,6 +223,10 @@ static void test_schemas(void) {
         {"{\"type\":\"array\",\"prefixItems\":[{\"type\":\"integer\"},{\"type\":\"string\"},{\"type\":\"null\"}],\"maxItems\":1}",
          {"[1]", "[]"}, {"[1, \"a\"]"}},
         {"{\"type\":\"number\",\"minimum\":0,\"exclusiveMinimum\":0,\"maximum\":2,\"exclusiveMaximum\":3}", {"0.5", "2"}, {"0", "2.5"}},
+        /* 15 significant digits at most: more could name the double of an excluded bound (99.9999999999999999 is 100.0) */
+        {"{\"type\":\"number\",\"exclusiveMaximum\":100}", {"99.9999999999999", "99.5", "-3"}, {"99.99999999999999", "99.9999999999999999", "100"}},
+        {"{\"type\":\"number\",\"exclusiveMinimum\":false}", {"1e5", "-2.5"}, {"x"}}, /* draft 4's boolean alone bounds nothing */
+        {"{\"type\":\"number\",\"minimum\":-9007199254740992}", {"-9007199254740992", "5"}, {"-9007199254740993"}},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         nv_grammar *g = schema_grammar(cases[i].schema);
@@ -241,6 +245,8 @@ static void test_schema_refusals(void) {
         nv_err code;
     } bad[] = {
         {"{\"type\":\"number\",\"minimum\":0.5}", "'minimum' on a number: only whole bounds", NV_EUNSUPPORTED},
+        {"{\"type\":\"number\",\"minimum\":9007199254740994}", "up to 2^53", NV_EUNSUPPORTED},
+        {"{\"type\":\"number\",\"exclusiveMinimum\":9007199254740000,\"exclusiveMaximum\":9007199254740001}", "15 significant digits", NV_EUNSUPPORTED},
         {"{\"type\":\"number\",\"minimum\":1,\"exclusiveMaximum\":1}", "no number between", NV_EINVAL},
         {"{\"type\":\"number\",\"maximum\":\"1\"}", "must be numbers", NV_EINVAL},
         {"{\"type\":\"array\",\"uniqueItems\":true}", "'uniqueItems'", NV_EUNSUPPORTED},
@@ -657,7 +663,13 @@ static void test_xml_calls(void) {
          "'allOf' beside 'anyOf'"},
         {"{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"string\",\"enum\":[]}}}", "non-empty"},
         {"{\"type\":\"object\",\"properties\":{\"x\":{\"anyOf\":[{\"type\":\"integer\"},{\"$ref\":\"#/nowhere\"}]}}}",
-         "not read whole"}};
+         "not read whole"},
+        {"{\"type\":\"object\",\"properties\":{\"x\":{\"anyOf\":[{\"type\":\"string\"},{\"type\":\"integer\",\"minimum\":0}]}}}",
+         "names types alone"},
+        {"{\"type\":\"object\",\"properties\":{\"x\":false}}", "names types alone"},
+        {"{\"type\":\"object\",\"properties\":{\"x\":{\"type\":7}}}", "names types alone"},
+        {"{\"type\":\"object\",\"properties\":{\"o\":{\"type\":\"object\",\"properties\":{\"a</parameter>\":{}}}}}", "a member named"},
+        {"{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"string\",\"pattern\":\"a\\\\u0000\"}}}", "NUL cannot"}};
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
         char text[1024];
         snprintf(text, sizeof text, "[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":%s}}]", refused[i][0]);

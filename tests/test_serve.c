@@ -405,7 +405,8 @@ static void test_stop_strings_and_sampling(void) {
     char want[9000];
     complete(port, 0, NULL, "{\"prompt\":\"Once upon a time\",\"max_tokens\":40,\"temperature\":0,\"stop\":\"girl\",\"include_stop_str_in_output\":true}", &kept);
     snprintf(want, sizeof want, "%sgirl", cut.text);
-    T_CHECK(kept.status == 200 && !strcmp(kept.finish, "stop") && !strcmp(kept.text, want), "include_stop_str_in_output: '%s'", kept.text);
+    T_CHECK(kept.status == 200 && !strcmp(kept.finish, "stop") && !strcmp(kept.text, want) && !strcmp(kept.stop_reason, "\"girl\""),
+            "include_stop_str_in_output: '%s' (stop_reason %s)", kept.text, kept.stop_reason);
     int *was = NULL, n_was = 0;
     T_CHECK(nv_tokenizer_encode(t_tok, "was", 0, 0, &was, &n_was) == NV_OK && n_was == 1, "' was' is one token");
     const char *w_at = strstr(whole.text, " was");
@@ -421,7 +422,8 @@ static void test_stop_strings_and_sampling(void) {
                                     "\"include_stop_str_in_output\":true}", was[0]);
         complete(port, 0, NULL, body, &by_id_kept);
         snprintf(want, sizeof want, "%s was", by_id.text);
-        T_CHECK(by_id_kept.status == 200 && !strcmp(by_id_kept.text, want), "stop_token_ids kept: '%s'", by_id_kept.text);
+        T_CHECK(by_id_kept.status == 200 && !strcmp(by_id_kept.text, want) && !strcmp(by_id_kept.stop_reason, id_text),
+                "stop_token_ids kept: '%s' (stop_reason %s)", by_id_kept.text, by_id_kept.stop_reason);
         snprintf(body, sizeof body, "{\"prompt\":\"Once upon a time\",\"max_tokens\":12,\"temperature\":0,\"stop_token_ids\":[%d],\"min_tokens\":12}", was[0]);
         complete(port, 0, NULL, body, &held);
         T_CHECK(held.status == 200 && held.completion_tokens == 12 && !strstr(held.text, " was"), "min_tokens holds a stop token off: '%s'", held.text);

@@ -67,11 +67,11 @@ int bench_grammar(int argc, char **argv, const bench_opts *o) {
     nv_grammar *g = NULL, *gx = NULL;
     if (e == NV_OK) e = nv_schema_grammar(schema, &g);
     /* the same arguments in a tool call written as XML (Qwen3-Coder's form): a string as it is */
-    cJSON *tools = cJSON_CreateArray(), *tool = cJSON_CreateObject(), *fn = cJSON_AddObjectToObject(tool, "function");
-    cJSON_AddItemToArray(tools, tool);
-    cJSON_AddStringToObject(tool, "type", "function");
-    cJSON_AddStringToObject(fn, "name", "person");
-    cJSON_AddItemToObject(fn, "parameters", schema);
+    cJSON_Delete(schema);
+    char tools_text[1024];
+    snprintf(tools_text, sizeof tools_text, "[{\"type\":\"function\",\"function\":{\"name\":\"person\",\"parameters\":%s}}]", schema_text);
+    cJSON *tools = cJSON_Parse(tools_text);
+    if (!tools && e == NV_OK) e = nv_fail(NV_ENOMEM, "out of memory");
     const nv_call_frame xml = {.prefix = "<tool_call>\n", .suffix = "\n</tool_call>", .xml = 1};
     if (e == NV_OK) e = nv_tool_calls_grammar(tools, NULL, &xml, 0, 0, NULL, 0, &gx);
     cJSON_Delete(tools);

@@ -1927,7 +1927,8 @@ static cJSON *tool_call_json(const nv_tool_call *call, int k) {
 }
 
 /* vLLM's stop_reason beside finish_reason: the request's own stop string that ended the answer, or
- * the stop_token_ids token; null for an end-of-generation token, a limit, a tool call's end. */
+ * the token (stop_token_ids', or an end token other than the vocabulary's EOS); null for EOS, the
+ * template's end of turn, a limit. */
 static void add_stop_reason(cJSON *c, const nv_req_status *st) {
     if (st && st->finish == NV_FINISH_STOP && st->stop_text[0]) cJSON_AddStringToObject(c, "stop_reason", st->stop_text);
     else if (st && st->finish == NV_FINISH_STOP && st->stop_token >= 0) cJSON_AddNumberToObject(c, "stop_reason", st->stop_token);

@@ -604,7 +604,7 @@ static void stream_poll(stream_ctx *st) {
             }
             const char *fin = rs.finish == NV_FINISH_STOP && st->n_calls[i] ? "tool_calls" : nv_api_finish_reason(rs.finish);
             st->meta.index = i;
-            st->meta.status = st->n_calls[i] ? NULL : &rs;
+            st->meta.status = &rs;
             sse_event(st, nv_api_chunk(&st->meta, "", 0, fin, st->include_usage));
             st->meta.status = NULL;
         }
@@ -845,7 +845,7 @@ static enum MHD_Result generate(nv_http *h, struct MHD_Connection *c, conn_ctx *
             ch[i] = (nv_api_choice){.text = said[i].data ? said[i].data : "", .finish = nv_api_finish_reason(rs[i].finish),
                                     .lps = lps[i].v, .n_lps = lps[i].n, .reasoning = why[i].data /* NULL: none, the field is left out */,
                                     .calls = calls[i], .n_calls = n_calls[i], .status = &rs[i]};
-            if (n_calls[i] && rs[i].finish == NV_FINISH_STOP) ch[i].finish = "tool_calls", ch[i].status = NULL;
+            if (n_calls[i] && rs[i].finish == NV_FINISH_STOP) ch[i].finish = "tool_calls";
         }
         char *body = NULL;
         if (!oom && proto == P_ANTHROPIC) {

@@ -1439,7 +1439,9 @@ static void on_token(nv_sched *s, nv_req *r, int tok, nv_token_lp *lp, double no
     const nv_config *c = &s->model->config;
     if (ends_answer(s, r, tok)) {
         r->fin = NV_FINISH_STOP;
-        if (r->ignore_eos || !nv_tokenizer_is_eog(s->tok, tok)) r->stop_tok = tok; /* one of stop_token_ids */
+        /* vLLM's stop_reason: the token id, but for the vocabulary's own EOS (an end token besides it, as
+           <|eom_id|> or Qwen's <|endoftext|>, vLLM reads from the generation config as a stop token id) */
+        if (r->ignore_eos || (tok != nv_tokenizer_eos(s->tok) && tok != nv_tokenizer_bos(s->tok))) r->stop_tok = tok;
         if (r->include_stop) { /* include_stop_str_in_output: the ending token's text stays, with its record */
             const char *piece = nv_tokenizer_answer_piece(s->tok, r->last, tok, r->keep_special);
             lp->prev = r->last;

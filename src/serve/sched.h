@@ -220,8 +220,9 @@ typedef struct {
     int cached_tokens; /* prompt tokens whose KV came from the prefix cache */
     int stop_index;    /* once done: the stop string that ended the answer (its index in
                           nv_req_params.stop), else -1 (an end token, a limit, a failure) */
-    int stop_token;    /* once done: the stop_token_ids token that ended it (not an end-of-generation
-                          token, which vLLM reports as none), else -1 */
+    int stop_token;    /* once done: the token that ended it, one of stop_token_ids or an end token
+                          other than the vocabulary's EOS (and llama2.c's BOS), which vLLM reports as
+                          none; else -1 */
     char stop_text[NV_MAX_STOP_BYTES + 1]; /* once done: that stop string's text where it is one of the
                                               request's own (nv_req_params.n_own_stop), else "" */
     double prompt_s;   /* seconds from submission to the first token (queueing and prompt; 0 before it) */

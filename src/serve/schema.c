@@ -340,21 +340,43 @@ static int digits_between(sc *c, const char *lo, const char *hi, int n) {
     return nv_gbuild_add(c->b, &body);
 }
 
+/* A fraction's n digits at most (n >= 1), not all zero: 0{z} [1-9] [0-9]{0, n - 1 - z}. */
+static int nonzero_digits(sc *c, int n) {
+    nv_gbody body = {0};
+    for (int z = 0; z < n; z++) {
+        if (z) nv_gbody_alt(&body);
+        for (int i = 0; i < z; i++) nv_gbody_lit(c->b, &body, "0", 1);
+        nv_gbody_range(c->b, &body, '1', '9');
+        nv_gbody_ref(&body, repeat(c, digit(c), 0, n - 1 - z));
+    }
+    return nv_gbuild_add(c->b, &body);
+}
+
+/* A number's significant digits where it must not round onto a whole bound: 15 (DBL_DIG), which a
+ * double keeps apart. */
+#define EXACT_DIGITS 15
+
 /* The decimal spellings (no leading zeros) of lo..hi, 0 <= lo <= hi <= INT_LIMIT: alternatives
- * appended to body, one per digit count. */
-static void naturals(sc *c, nv_gbody *body, long long lo, long long hi, int *first) {
+ * appended to body, one per digit count. frac: each followed by a point and digits not all zero,
+ * EXACT_DIGITS in all at most (a digit count that leaves none is left out). */
+static void naturals(sc *c, nv_gbody *body, long long lo, long long hi, int *first, int frac) {
     long long p = 1;
     for (int d = 1; d <= INT_DIGITS && lo <= hi; d++, p *= 10) {
         long long top = p * 10 - 1; /* the largest d-digit number */
         if (lo > top) continue;
         long long a = lo, z = hi < top ? hi : top;
+        lo = z + 1;
+        if (frac && d >= EXACT_DIGITS) continue;
         char sa[24], sz[24];
         snprintf(sa, sizeof sa, "%0*lld", d, a);
         snprintf(sz, sizeof sz, "%0*lld", d, z);
         if (!*first) nv_gbody_alt(body);
         *first = 0;
         nv_gbody_ref(body, digits_between(c, sa, sz, d));
-        lo = z + 1;
+        if (frac) {
+            nv_gbody_lit(c->b, body, ".", 1);
+            nv_gbody_ref(body, nonzero_digits(c, EXACT_DIGITS - d));
+        }
     }
 }
 
@@ -364,12 +386,12 @@ static int integer_range(sc *c, long long lo, long long hi) {
     if (lo < 0) { /* -(max(1, -hi) .. -lo) */
         nv_gbody inner = {0};
         int f2 = 1;
-        naturals(c, &inner, hi < 0 ? -hi : 1, -lo, &f2);
+        naturals(c, &inner, hi < 0 ? -hi : 1, -lo, &f2, 0);
         nv_gbody_lit(c->b, &body, "-", 1);
         nv_gbody_ref(&body, nv_gbuild_add(c->b, &inner));
         first = 0;
     }
-    if (hi >= 0) naturals(c, &body, lo > 0 ? lo : 0, hi, &first);
+    if (hi >= 0) naturals(c, &body, lo > 0 ? lo : 0, hi, &first, 0);
     return nv_gbuild_add(c->b, &body);
 }
 
@@ -559,6 +581,10 @@ static int gen_properties(sc *c, const cJSON *props, const cJSON *required) {
     }
     int i = 0;
     for (const cJSON *p = props->child; p; p = p->next, i++) {
+        if (c->xml && strstr(p->string, XML_PARAM_CLOSE)) {
+            fail(c, NV_EUNSUPPORTED, "a member named with \"" XML_PARAM_CLOSE "\" cannot be written in a tool call as XML");
+            break;
+        }
         char *key = json_quote(p->string);
         if (!key) {
             fail(c, NV_ENOMEM, "out of memory");
@@ -780,8 +806,8 @@ static void json_char(sc *c, nv_gbody *body, uint32_t cp) {
 
 /* One character as the expression's text writes it: its JSON spelling, or (raw) its UTF-8 bytes. */
 static void rx_char(rx *r, nv_gbody *body, uint32_t cp) {
-    if (cp == '<' && r->c->xml) {
-        rx_fail(r, "'<' cannot be held in a value of a tool call written as XML");
+    if ((cp == '<' || cp == 0) && r->c->xml) {
+        rx_fail(r, cp ? "'<' cannot be held in a value of a tool call written as XML" : "NUL cannot be held in a value of a tool call written as XML");
         return;
     }
     if (!r->raw) {
@@ -1077,10 +1103,10 @@ static int number_bounds(sc *c, const cJSON *s, long long *lo, int *lo_x, long l
     int any = 0;
     for (int i = 0; i < 4; i++) {
         v[i] = cJSON_GetObjectItemCaseSensitive(s, keys[i]);
-        any |= v[i] != NULL;
+        any |= cJSON_IsNumber(v[i]); /* (draft 4's booleans alone bound nothing) */
         if (v[i] && !cJSON_IsNumber(v[i]) && !(i >= 2 && cJSON_IsBool(v[i]))) return fail(c, NV_EINVAL, "number bounds must be numbers");
-        if (cJSON_IsNumber(v[i]) && (v[i]->valuedouble != floor(v[i]->valuedouble) || fabs(v[i]->valuedouble) > (double)INT_LIMIT))
-            return fail(c, NV_EUNSUPPORTED, "'%s' on a number: only whole bounds within 16 digits are supported", keys[i]);
+        if (cJSON_IsNumber(v[i]) && (v[i]->valuedouble != floor(v[i]->valuedouble) || fabs(v[i]->valuedouble) > 9007199254740992.0))
+            return fail(c, NV_EUNSUPPORTED, "'%s' on a number: only whole bounds up to 2^53 in size are supported", keys[i]);
     }
     if (!any) return -1;
     *lo = -INT_LIMIT, *hi = INT_LIMIT, *lo_x = *hi_x = 0;
@@ -1096,15 +1122,12 @@ static int number_bounds(sc *c, const cJSON *s, long long *lo, int *lo_x, long l
 
 /* A number between whole bounds, written without an exponent: a whole value in range (then ".0..."
  * or not), or one strictly between two whole numbers k and k + 1 that both lie in range: k's digits
- * (-m for -(m + 1) < v < -m), a point and digits not all zero. */
+ * (-m for -(m + 1) < v < -m), a point and digits not all zero, 15 significant digits at most (more
+ * could name a double on an excluded bound: 99.9999999999999999 is 100.0). */
 static int number_range(sc *c, long long lo, int lo_x, long long hi, int hi_x) {
     const long long whole_lo = lo + lo_x, whole_hi = hi - hi_x;
     if (lo > hi || (lo == hi && (lo_x || hi_x))) return fail(c, NV_EINVAL, "the number bounds leave no number between them");
     nv_gbody body = {0};
-    nv_gbody_ref(&body, repeat(c, lit_rule(c, "0"), 0, FRAC_DIGITS - 1));
-    nv_gbody_range(c->b, &body, '1', '9');
-    nv_gbody_ref(&body, repeat(c, digit(c), 0, FRAC_DIGITS - 1));
-    const int nonzero = nv_gbuild_add(c->b, &body);
     nv_gbody_alt(&body);
     nv_gbody_lit(c->b, &body, ".", 1);
     nv_gbody_ref(&body, repeat(c, lit_rule(c, "0"), 1, FRAC_DIGITS));
@@ -1116,25 +1139,21 @@ static int number_range(sc *c, long long lo, int lo_x, long long hi, int hi_x) {
         first = 0;
     }
     const long long pos_lo = lo > 0 ? lo : 0, neg_lo = hi < 0 ? -hi : 0; /* k >= 0 in [lo, hi - 1]; m in [-hi, -lo - 1] */
-    if (pos_lo <= hi - 1) {
-        nv_gbody ks = {0};
-        int f = 1;
-        naturals(c, &ks, pos_lo, hi - 1, &f);
-        if (!first) nv_gbody_alt(&body);
-        nv_gbody_ref(&body, nv_gbuild_add(c->b, &ks));
-        nv_gbody_lit(c->b, &body, ".", 1);
-        nv_gbody_ref(&body, nonzero);
-        first = 0;
-    }
+    if (pos_lo <= hi - 1) naturals(c, &body, pos_lo, hi - 1, &first, 1);
     if (neg_lo <= -lo - 1) {
         nv_gbody ms = {0};
         int f = 1;
-        naturals(c, &ms, neg_lo, -lo - 1, &f);
-        if (!first) nv_gbody_alt(&body);
-        nv_gbody_lit(c->b, &body, "-", 1);
-        nv_gbody_ref(&body, nv_gbuild_add(c->b, &ms));
-        nv_gbody_lit(c->b, &body, ".", 1);
-        nv_gbody_ref(&body, nonzero);
+        naturals(c, &ms, neg_lo, -lo - 1, &f, 1);
+        if (!f) {
+            if (!first) nv_gbody_alt(&body);
+            nv_gbody_lit(c->b, &body, "-", 1);
+            nv_gbody_ref(&body, nv_gbuild_add(c->b, &ms));
+            first = 0;
+        }
+    }
+    if (first) { /* (bounds so far apart from 0 that no fraction has the digits, and no whole value between) */
+        nv_gbody_free(&body);
+        return fail(c, NV_EUNSUPPORTED, "the number bounds leave no number of 15 significant digits between them");
     }
     return nv_gbuild_add(c->b, &body);
 }
@@ -1480,28 +1499,31 @@ static unsigned kinds(const cJSON *s, const cJSON *doc) {
 
 unsigned nv_schema_kinds(const cJSON *schema, const cJSON *doc) { return kinds(schema, doc); }
 
-/* 1 when s holds what strings it admits to more than any text: a pattern, a format, lengths, listed
- * values (or it is not known to be free: the walk ran out of work or depth, a $ref points nowhere). */
-static int string_bound(const cJSON *s, const cJSON *doc, int depth, int *work) {
-    if (--*work < 0 || depth > KINDS_DEPTH) return 1;
+/* 1 when any text, read as the value it is of the kinds s admits or else as a string, fits s: s is
+ * true, says nothing, or names types alone (one or a list, nothing holding them further), or each of
+ * its anyOf/oneOf branches is such, or its $ref's target is (0 past the walk's limits, or when a
+ * $ref points nowhere: not known to be free). */
+static int free_text(const cJSON *s, const cJSON *doc, int depth, int *work) {
+    if (--*work < 0 || depth > KINDS_DEPTH) return 0;
+    if (cJSON_IsTrue(s)) return 1;
     if (!cJSON_IsObject(s)) return 0;
     const cJSON *ref = cJSON_GetObjectItemCaseSensitive(s, "$ref"), *at = NULL;
-    if (cJSON_IsString(ref)) return json_pointer(doc, ref->valuestring, &at) || string_bound(at, doc, depth + 1, work);
-    if (cJSON_GetObjectItemCaseSensitive(s, "pattern") || cJSON_GetObjectItemCaseSensitive(s, "minLength") ||
-        cJSON_GetObjectItemCaseSensitive(s, "maxLength") ||
-        (cJSON_GetObjectItemCaseSensitive(s, "format") && (type_kinds(cJSON_GetObjectItemCaseSensitive(s, "type")) & NV_KIND_STRING)))
-        return 1;
-    if (cJSON_GetObjectItemCaseSensitive(s, "const") || cJSON_GetObjectItemCaseSensitive(s, "enum"))
-        return (kinds(s, doc) & NV_KIND_STRING) != 0;
-    const char *const branches[] = {"anyOf", "oneOf", "allOf"};
-    for (size_t i = 0; i < COUNT(branches); i++) {
-        const cJSON *l = cJSON_GetObjectItemCaseSensitive(s, branches[i]);
-        for (const cJSON *e = cJSON_IsArray(l) ? l->child : NULL; e; e = e->next)
-            if (string_bound(e, doc, depth + 1, work)) return 1;
+    const cJSON *alts = cJSON_GetObjectItemCaseSensitive(s, "anyOf");
+    if (!alts) alts = cJSON_GetObjectItemCaseSensitive(s, "oneOf");
+    const cJSON *branch = ref ? ref : alts;
+    for (const cJSON *k = s->child; k; k = k->next)
+        if (!in_list(k->string, ignored_keys, COUNT(ignored_keys)) && k != branch && (branch || strcmp(k->string, "type")))
+            return 0; /* a keyword that holds the value, or one beside a branch */
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(s, "type");
+    if ((ref && !cJSON_IsString(ref)) || (type && !type_kinds(type))) return 0;
+    if (ref) return !json_pointer(doc, ref->valuestring, &at) && free_text(at, doc, depth + 1, work);
+    if (alts) {
+        if (!cJSON_IsArray(alts) || !alts->child) return 0;
+        for (const cJSON *e = alts->child; e; e = e->next)
+            if (!free_text(e, doc, depth + 1, work)) return 0;
     }
-    return 0;
+    return 1;
 }
-
 
 /* A parameter's free text: any in which "</parameter>" does not occur. */
 static int xml_text(sc *c) {
@@ -1608,10 +1630,10 @@ static int xml_value(sc *c, const cJSON *s) {
     int work = KINDS_WORK;
     if (k && !(k & NV_KIND_STRING)) return gen(c, s);
     if (k == NV_KIND_STRING) return raw_string(c, s);
-    if (string_bound(s, c->doc, 0, &work))
-        return fail(c, NV_EUNSUPPORTED, "a parameter that may be a string or another value, its strings held to a pattern, "
-                                        "a format, lengths or listed values (or its schema not read whole), is not supported in "
-                                        "tool calls written as XML");
+    if (!free_text(s, c->doc, 0, &work))
+        return fail(c, NV_EUNSUPPORTED, "a parameter that may be a string or another value is supported in tool calls written as "
+                                        "XML only where its schema names types alone (a constraint on any branch, or a schema "
+                                        "not read whole, is not)");
     return xml_text(c);
 }
 

@@ -336,8 +336,10 @@ static int starts(const char *s, const char *end, const char *lit) {
 
 static const char *find(const char *s, const char *end, const char *lit) { return memmem(s, (size_t)(end - s), lit, strlen(lit)); }
 
-/* Where a parameter's value that begins at v ends: its "</parameter>" (*after: past it); one never
- * closed ends, as vLLM reads it, at the next "<parameter=", "</function>" or the end (*after: there). */
+/* Where a parameter's value that begins at v ends: the first "</parameter>" after it (*after: past
+ * it), since a value may hold "<parameter=" or "</function>" (the grammar lets it); one never closed
+ * ends at the next "<parameter=", "</function>" or the end (*after: there). vLLM ends every value at
+ * the first of the three, which a value holding either text breaks. */
 static const char *value_end(const char *v, const char *end, const char **after) {
     const char *close = find(v, end, "</parameter>");
     if (close) return *after = close + 12, close;
