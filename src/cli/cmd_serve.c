@@ -761,12 +761,15 @@ int cli_serve_run(int argc, char **argv, const cli_serve_job *job) {
                  n_files == 1 ? "" : "s", (double)file_bytes / 1048576.0);
     }
     const char *fmt_host = strchr(host, ':') ? "[%s]" : "%s";
-    char shown[300], tmpl_shown[128];
+    char shown[300], tmpl_shown[160];
     snprintf(shown, sizeof shown, fmt_host, host);
-    snprintf(tmpl_shown, sizeof tmpl_shown, "%s%s%s%s", jinja ? "the model's own, run as Jinja" : nv_chat_template_name(tmpl),
-             jinja && tmpl != NV_CHAT_PLAIN ? " (stops and tool calls as " : "", jinja && tmpl != NV_CHAT_PLAIN ? nv_chat_template_name(tmpl) : "",
-             jinja && tmpl != NV_CHAT_PLAIN ? (ctx.xml_tools ? "'s, the calls written as XML)" : ")")
-                                            : ctx.xml_tools ? " (tool calls written as XML)" : "");
+    if (!jinja)
+        snprintf(tmpl_shown, sizeof tmpl_shown, "%s", nv_chat_template_name(tmpl));
+    else if (tmpl != NV_CHAT_PLAIN)
+        snprintf(tmpl_shown, sizeof tmpl_shown, "the model's own, run as Jinja (stops and tool calls as %s%s)", nv_chat_template_name(tmpl),
+                 ctx.xml_tools ? "'s, the calls written as XML" : "");
+    else
+        snprintf(tmpl_shown, sizeof tmpl_shown, "the model's own, run as Jinja%s", ctx.xml_tools ? " (tool calls written as XML)" : "");
     fprintf(stderr,
             "nerve %s: %s %s://%s:%d (model %s%s, engine %s, chat template %s%s, KV %s %d blocks x %d tokens = "
             "%.1f MiB, max batch %d, prefill chunk %d%s%s%s%s%s)%s\n",

@@ -49,7 +49,7 @@ struct nv_req {
     nv_glazy lazy;  /* a lazy grammar (lazy.g NULL: none; gs is its matcher while it is on) */
     unsigned long g_draws, g_masks; /* constrained decoding's cost so far, for the metrics */
     int stop_hit; /* the stop string that ended the answer (its index in nv_req_params.stop), or -1 */
-    int stop_tok; /* the stop_token_ids token that ended it (not an end-of-generation token), or -1 */
+    int stop_tok; /* the token that ended it where vLLM reports it (nv_req_status.stop_token), or -1 */
     double g_mask_s;
     int lazy_ends;  /* its whole sentence ends the answer */
     /* a reasoning budget (think_budget >= 0): the answer's think block followed, the tokens spent in

@@ -1291,6 +1291,36 @@ static const char *const object_keys[] = {"properties", "required", "additionalP
 static const char *const array_keys[] = {"items", "minItems", "maxItems", "prefixItems", "additionalItems"};
 #define COUNT(a) (sizeof a / sizeof a[0])
 
+/* s's keywords: each one known (or an annotation), and at most one branch ($ref, const, enum,
+ * anyOf, oneOf, allOf) with nothing beside it but annotations (and a type beside enum or const,
+ * checked there): a value beside the branch would go unenforced. *branch: it, or NULL. 1, or 0
+ * with c->err set. */
+static int schema_keys(sc *c, const cJSON *s, const char **branch) {
+    for (const cJSON *k = s->child; k; k = k->next)
+        if (!in_list(k->string, known_keys, COUNT(known_keys)) && !in_list(k->string, ignored_keys, COUNT(ignored_keys)))
+            return fail(c, NV_EUNSUPPORTED, "'%.60s' is not supported in a schema", k->string);
+    const char *const branches[] = {"$ref", "const", "enum", "anyOf", "oneOf", "allOf"};
+    *branch = NULL;
+    for (size_t i = 0; i < COUNT(branches) && !*branch; i++)
+        if (cJSON_GetObjectItemCaseSensitive(s, branches[i])) *branch = branches[i];
+    for (const cJSON *k = *branch ? s->child : NULL; k; k = k->next) {
+        if (in_list(k->string, ignored_keys, COUNT(ignored_keys)) || !strcmp(k->string, *branch)) continue;
+        if (!strcmp(k->string, "type") && (!strcmp(*branch, "enum") || !strcmp(*branch, "const"))) continue; /* checked */
+        return fail(c, NV_EUNSUPPORTED, "'%.60s' beside '%s' is not supported", k->string, *branch);
+    }
+    return 1;
+}
+
+/* const: enum's list of one. */
+static int gen_const(sc *c, const cJSON *s, const cJSON *type, int raw) {
+    cJSON *one = cJSON_CreateArray();
+    int r = !one || !cJSON_AddItemReferenceToArray(one, cJSON_GetObjectItemCaseSensitive(s, "const"))
+                ? fail(c, NV_ENOMEM, "out of memory")
+                : gen_enum(c, one, type, "const", raw);
+    cJSON_Delete(one);
+    return r;
+}
+
 static int gen(sc *c, const cJSON *s) {
     if (c->err != NV_OK) return 0;
     if (c->b && nv_gbuild_size(c->b) > NV_GRAMMAR_MAX_ELEMS)
@@ -1299,21 +1329,9 @@ static int gen(sc *c, const cJSON *s) {
     if (cJSON_IsFalse(s)) return fail(c, NV_EINVAL, "a 'false' schema matches nothing");
     if (!cJSON_IsObject(s)) return fail(c, NV_EINVAL, "a schema must be an object or a boolean");
     if (c->depth >= MAX_DEPTH) return fail(c, NV_EINVAL, "the schema nests deeper than %s levels", "64");
-    for (const cJSON *k = s->child; k; k = k->next) {
-        if (in_list(k->string, known_keys, COUNT(known_keys)) || in_list(k->string, ignored_keys, COUNT(ignored_keys))) continue;
-        return fail(c, NV_EUNSUPPORTED, "'%.60s' is not supported in a schema", k->string);
-    }
-    const char *const branches[] = {"$ref", "const", "enum", "anyOf", "oneOf", "allOf"};
-    const char *branch = NULL;
-    for (size_t i = 0; i < COUNT(branches) && !branch; i++)
-        if (cJSON_GetObjectItemCaseSensitive(s, branches[i])) branch = branches[i];
+    const char *branch;
+    if (!schema_keys(c, s, &branch)) return 0;
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(s, "type");
-    if (branch) /* nothing else may constrain it: a value beside the branch would go unenforced */
-        for (const cJSON *k = s->child; k; k = k->next) {
-            if (in_list(k->string, ignored_keys, COUNT(ignored_keys)) || !strcmp(k->string, branch)) continue;
-            if (!strcmp(k->string, "type") && (!strcmp(branch, "enum") || !strcmp(branch, "const"))) continue; /* checked */
-            return fail(c, NV_EUNSUPPORTED, "'%.60s' beside '%s' is not supported", k->string, branch);
-        }
     int has_object = 0, has_array = 0;
     for (size_t i = 0; i < COUNT(object_keys); i++) has_object |= !!cJSON_GetObjectItemCaseSensitive(s, object_keys[i]);
     for (size_t i = 0; i < COUNT(array_keys); i++) has_array |= !!cJSON_GetObjectItemCaseSensitive(s, array_keys[i]);
@@ -1335,10 +1353,7 @@ static int gen(sc *c, const cJSON *s) {
         const cJSON *ref = cJSON_GetObjectItemCaseSensitive(s, "$ref");
         r = cJSON_IsString(ref) ? gen_ref(c, ref->valuestring, 0) : fail(c, NV_EINVAL, "'$ref' must be a string");
     } else if (branch && !strcmp(branch, "const")) {
-        cJSON *one = cJSON_CreateArray();
-        if (!one || !cJSON_AddItemReferenceToArray(one, cJSON_GetObjectItemCaseSensitive(s, "const"))) r = fail(c, NV_ENOMEM, "out of memory");
-        else r = gen_enum(c, one, type, "const", 0);
-        cJSON_Delete(one);
+        r = gen_const(c, s, type, 0);
     } else if (branch && !strcmp(branch, "enum")) {
         const cJSON *en = cJSON_GetObjectItemCaseSensitive(s, "enum");
         r = cJSON_IsArray(en) && en->child ? gen_enum(c, en, type, "enum", 0) : fail(c, NV_EINVAL, "'enum' must be a non-empty array");
@@ -1429,7 +1444,7 @@ int nv_think_block_rule(nv_gbuild *b) {
 
 /* ---- the kinds of value a schema admits; tool calls' parameters written as XML ---- */
 
-static unsigned value_kinds(const cJSON *v) {
+unsigned nv_json_kinds(const cJSON *v) {
     if (cJSON_IsString(v)) return NV_KIND_STRING;
     if (cJSON_IsNumber(v)) return NV_KIND_NUMBER | (v->valuedouble == floor(v->valuedouble) ? NV_KIND_INTEGER : 0u);
     if (cJSON_IsBool(v)) return NV_KIND_BOOLEAN;
@@ -1456,10 +1471,10 @@ static unsigned kinds_walk(const cJSON *s, const cJSON *doc, int depth, int *wor
     const cJSON *ref = cJSON_GetObjectItemCaseSensitive(s, "$ref"), *at = NULL;
     if (cJSON_IsString(ref)) return json_pointer(doc, ref->valuestring, &at) ? 0 : kinds_walk(at, doc, depth + 1, work);
     const cJSON *cst = cJSON_GetObjectItemCaseSensitive(s, "const"), *en = cJSON_GetObjectItemCaseSensitive(s, "enum");
-    if (cst) return value_kinds(cst);
+    if (cst) return nv_json_kinds(cst);
     unsigned k = 0;
     if (cJSON_IsArray(en) && en->child) {
-        for (const cJSON *e = en->child; e; e = e->next) k |= value_kinds(e);
+        for (const cJSON *e = en->child; e; e = e->next) k |= nv_json_kinds(e);
         return k;
     }
     const cJSON *any = cJSON_GetObjectItemCaseSensitive(s, "anyOf"), *one = cJSON_GetObjectItemCaseSensitive(s, "oneOf");
@@ -1555,27 +1570,15 @@ static int raw_string(sc *c, const cJSON *s) {
         return fail(c, NV_EUNSUPPORTED, "the schema makes a grammar over %s elements", "1,048,576");
     if (!cJSON_IsObject(s)) return fail(c, NV_EINVAL, "a schema must be an object or a boolean");
     if (c->depth >= MAX_DEPTH) return fail(c, NV_EINVAL, "the schema nests deeper than %s levels", "64");
-    for (const cJSON *k = s->child; k; k = k->next)
-        if (!in_list(k->string, known_keys, COUNT(known_keys)) && !in_list(k->string, ignored_keys, COUNT(ignored_keys)))
-            return fail(c, NV_EUNSUPPORTED, "'%.60s' is not supported in a schema", k->string);
-    const char *const branches[] = {"$ref", "const", "enum", "anyOf", "oneOf", "allOf"};
-    const char *branch = NULL;
-    for (size_t i = 0; i < COUNT(branches) && !branch; i++)
-        if (cJSON_GetObjectItemCaseSensitive(s, branches[i])) branch = branches[i];
-    for (const cJSON *k = branch ? s->child : NULL; k; k = k->next) /* as gen: nothing beside the branch */
-        if (!in_list(k->string, ignored_keys, COUNT(ignored_keys)) && strcmp(k->string, branch) &&
-            (strcmp(k->string, "type") || (strcmp(branch, "enum") && strcmp(branch, "const"))))
-            return fail(c, NV_EUNSUPPORTED, "'%.60s' beside '%s' is not supported", k->string, branch);
+    const char *branch;
+    if (!schema_keys(c, s, &branch)) return 0;
     const cJSON *v = branch ? cJSON_GetObjectItemCaseSensitive(s, branch) : NULL, *type = cJSON_GetObjectItemCaseSensitive(s, "type");
     int r;
     c->depth++;
     if (branch && !strcmp(branch, "$ref")) {
         r = cJSON_IsString(v) ? gen_ref(c, v->valuestring, 1) : fail(c, NV_EINVAL, "'$ref' must be a string");
     } else if (branch && !strcmp(branch, "const")) {
-        cJSON *list = cJSON_CreateArray();
-        if (!list || !cJSON_AddItemReferenceToArray(list, cJSON_GetObjectItemCaseSensitive(s, "const"))) r = fail(c, NV_ENOMEM, "out of memory");
-        else r = gen_enum(c, list, type, "const", 1);
-        cJSON_Delete(list);
+        r = gen_const(c, s, type, 1);
     } else if (branch && !strcmp(branch, "enum")) {
         r = cJSON_IsArray(v) && v->child ? gen_enum(c, v, type, "enum", 1) : fail(c, NV_EINVAL, "'enum' must be a non-empty array");
     } else if (branch && !strcmp(branch, "allOf")) {

@@ -70,6 +70,8 @@ typedef struct {
  * 4096 schemas (an untrusted schema's branches could multiply without end). */
 enum { NV_KIND_STRING = 1, NV_KIND_NUMBER = 2, NV_KIND_INTEGER = 4, NV_KIND_BOOLEAN = 8, NV_KIND_NULL = 16, NV_KIND_OBJECT = 32, NV_KIND_ARRAY = 64 };
 unsigned nv_schema_kinds(const cJSON *schema, const cJSON *doc);
+/* The kind of the value v, as those bits (a whole number: NUMBER and INTEGER). */
+unsigned nv_json_kinds(const cJSON *v);
 
 /* Tool calls as frame writes them for one of tools (an OpenAI tools list; only: just that one),
  * ARGS as the tool's "parameters" schema says (its $ref pointing into its own parameters; none:

@@ -259,14 +259,20 @@ static int make_call(nv_tool_style style, const char *name, size_t n, const cJSO
     return -1;
 }
 
+/* 1 when name (n bytes) is one of the request's tools. */
+static int known_tool(const nv_tool_parser *p, const char *name, size_t n) {
+    for (int i = 0; i < p->n_names; i++)
+        if (strlen(p->names[i]) == n && !memcmp(p->names[i], name, n)) return 1;
+    return 0;
+}
+
 /* A call from its JSON: {"name": a known tool, ARGS: object or its JSON text}; 1 when it is one,
  * -1 when out of memory. */
 static int call_of_json(const nv_tool_parser *p, const cJSON *j, nv_tool_call *out) {
     const cJSON *name = cJSON_GetObjectItemCaseSensitive(j, "name");
     const cJSON *args = cJSON_GetObjectItemCaseSensitive(j, "arguments");
     if (!args && p->style == NV_TOOLS_LLAMA3) args = cJSON_GetObjectItemCaseSensitive(j, "parameters");
-    int known = 0;
-    for (int i = 0; cJSON_IsString(name) && i < p->n_names && !known; i++) known = !strcmp(p->names[i], name->valuestring);
+    const int known = cJSON_IsString(name) && known_tool(p, name->valuestring, strlen(name->valuestring));
     cJSON *parsed = cJSON_IsString(args) ? cJSON_Parse(args->valuestring) : NULL;
     const cJSON *obj = parsed ? parsed : args;
     int ok = cJSON_IsObject(j) && known && (!args || cJSON_IsObject(obj));
@@ -281,6 +287,12 @@ static int add_call(nv_tool_call **calls, int *n, const nv_tool_call *c) {
     *calls = v;
     v[(*n)++] = *c;
     return 0;
+}
+
+/* Drops the last made calls (a list or block that turned out not to be calls). */
+static void take_back(nv_tool_call *calls, int *n_calls, int made) {
+    for (int i = *n_calls - made; i < *n_calls; i++) free(calls[i].name), free(calls[i].arguments);
+    *n_calls -= made;
 }
 
 /* ---- calls written as XML (Qwen3-Coder's) ---- */
@@ -308,14 +320,7 @@ static cJSON *xml_value(const cJSON *schema, const cJSON *params, const char *s,
         if ((kinds & NV_KIND_NULL) && ((n == 4 && !strncasecmp(s, "null", 4)) || (n == 4 && !strncasecmp(s, "none", 4))))
             return cJSON_CreateNull();
         cJSON *v = nv_json_parse_whole(s, n);
-        const unsigned got = !v                  ? 0u
-                             : cJSON_IsString(v) ? 0u /* the text itself is the string */
-                             : cJSON_IsNumber(v) ? (NV_KIND_NUMBER | (v->valuedouble == floor(v->valuedouble) ? NV_KIND_INTEGER : 0u))
-                             : cJSON_IsBool(v)   ? NV_KIND_BOOLEAN
-                             : cJSON_IsNull(v)   ? NV_KIND_NULL
-                             : cJSON_IsObject(v) ? NV_KIND_OBJECT
-                                                 : NV_KIND_ARRAY;
-        if (got & kinds) return v;
+        if (v && !cJSON_IsString(v) && (nv_json_kinds(v) & kinds)) return v; /* (a string is the text itself) */
         cJSON_Delete(v);
     }
     char *text = strndup(s, n);
@@ -409,8 +414,7 @@ static int xml_calls(nv_tool_parser *p, const char *text, size_t n, nv_tool_call
         }
         const char *name = s;
         const size_t name_n = (size_t)(gt - s);
-        int known = 0;
-        for (int i = 0; i < p->n_names && !known; i++) known = strlen(p->names[i]) == name_n && !memcmp(p->names[i], name, name_n);
+        const int known = known_tool(p, name, name_n);
         const cJSON *params = tool_params(p, name, name_n), *props = cJSON_GetObjectItemCaseSensitive(params, "properties");
         const cJSON *add = cJSON_GetObjectItemCaseSensitive(params, "additionalProperties");
         cJSON *args = known ? cJSON_CreateObject() : NULL;
@@ -453,12 +457,8 @@ static int xml_calls(nv_tool_parser *p, const char *text, size_t n, nv_tool_call
         cJSON_Delete(args);
         if (ok > 0 && s < end && !starts(s, end, "<function=")) ok = 0; /* text after the calls */
     }
-    if (ok <= 0) { /* take back what this block added */
-        for (int i = *n_calls - made; i < *n_calls; i++) free((*calls)[i].name), free((*calls)[i].arguments);
-        *n_calls -= made;
-    } else {
-        p->n_calls += made - 1; /* the caller counts one */
-    }
+    if (ok <= 0) take_back(*calls, n_calls, made);
+    else p->n_calls += made - 1; /* the caller counts one */
     return ok;
 }
 
@@ -592,12 +592,8 @@ static int listed_calls(nv_tool_parser *p, const char *text, size_t n, nv_tool_c
         }
         made += ok > 0;
     }
-    if (ok <= 0) { /* take back what this list added */
-        for (int i = *n_calls - made; i < *n_calls; i++) free((*calls)[i].name), free((*calls)[i].arguments);
-        *n_calls -= made;
-    } else {
-        p->n_calls += made;
-    }
+    if (ok <= 0) take_back(*calls, n_calls, made);
+    else p->n_calls += made;
     cJSON_Delete(j);
     return ok;
 }
