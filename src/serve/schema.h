@@ -57,7 +57,8 @@ nv_err nv_schema_grammar_framed(const cJSON *schema, const char *prefix, const c
  * required left out or not, a string VALUE written as it is (its enum, const, pattern (a match anywhere
  * in it), format and lengths held; one held to a pattern, format or lengths has no '<'), any other as
  * its JSON text (no '<' in its strings but as \u003c), a parameter that admits strings and other
- * values (or whose schema does not say) as any text in which "</parameter>" does not occur; under
+ * values (or whose schema does not say) as any text in which "</parameter>" does not occur, where its
+ * schema names types alone (else refused); under
  * skip_bad a tool left out is still callable, with any parameters. */
 typedef struct {
     const char *args_key, *prefix, *suffix, *sep, *item_sep;

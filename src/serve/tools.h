@@ -20,8 +20,10 @@
  *   blocks, each holding <function=NAME>\n(<parameter=KEY>\nVALUE\n</parameter>\n)*</function> (or
  *   Hermes's JSON); a VALUE is read as its parameter's schema admits (nv_schema_kinds): a string as
  *   written where only strings are (or the schema does not say), else the JSON value it is when of
- *   an admitted kind, else a string; a parameter written twice is the last; functions without their
- *   <tool_call> are read as calls too (vLLM's fallback). Text that
+ *   an admitted kind (booleans and null also as Python writes them, in any case), else a string (a
+ *   quoted text is never unwrapped); a parameter written twice is the last; a block may hold several
+ *   functions, and values may hold </tool_call>; functions without their <tool_call> are read as
+ *   calls too (vLLM's fallback). Text that
  *   may still turn out to be a call is held back until it is decided, so streamed content never
  *   has to be taken back.
  * - Calls get ids "call_" + 24 random letters and digits (Mistral style: 9 letters and digits, which
