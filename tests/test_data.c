@@ -595,15 +595,15 @@ static void test_chat_data(void) {
         " \"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"arguments\": \"{}\"}}]}]}";
     const char *p = t_write("chat.jsonl", jsonl, strlen(jsonl));
     const nv_chat_call call = {"get_weather", "{}", "c1"}, call2 = {"get_weather", "{}", "c2"};
-    const nv_chat_msg c1[] = {{"system", "Be kind.", NULL, 0, NULL, NULL, NULL}, {"user", "Hi", NULL, 0, NULL, NULL, NULL}, {"assistant", "Hello there.", NULL, 0, NULL, NULL, NULL},
-                              {"user", "Why?", NULL, 0, NULL, NULL, NULL}, {"assistant", "Because.", NULL, 0, NULL, NULL, NULL}};
-    const nv_chat_msg c2[] = {{"user", "A cat", NULL, 0, NULL, NULL, NULL}, {"assistant", "Meow.", NULL, 0, NULL, NULL, NULL}, {"user", "Again", NULL, 0, NULL, NULL, NULL},
-                              {"assistant", "Purr.", NULL, 0, NULL, NULL, NULL}};
-    const nv_chat_msg c3[] = {{"user", "Weather?", NULL, 0, NULL, NULL, NULL}, {"assistant", "", &call, 1, NULL, NULL, NULL}, {"tool", "sunny", NULL, 0, "c1", NULL, NULL},
-                              {"assistant", "Sunny.", NULL, 0, NULL, NULL, NULL}};
-    const nv_chat_msg c4[] = {{"user", "Four", NULL, 0, NULL, NULL, NULL}, {"assistant", "4", NULL, 0, NULL, NULL, NULL}};
-    const nv_chat_msg c5[] = {{"user", "Five", NULL, 0, NULL, NULL, NULL}, {"assistant", "5", NULL, 0, NULL, NULL, NULL}};
-    const nv_chat_msg c6[] = {{"user", "Rain?", NULL, 0, NULL, NULL, NULL}, {"assistant", "", &call2, 1, NULL, NULL, NULL}};
+    const nv_chat_msg c1[] = {{"system", "Be kind.", NULL, 0, NULL, NULL, NULL, 0}, {"user", "Hi", NULL, 0, NULL, NULL, NULL, 0}, {"assistant", "Hello there.", NULL, 0, NULL, NULL, NULL, 0},
+                              {"user", "Why?", NULL, 0, NULL, NULL, NULL, 0}, {"assistant", "Because.", NULL, 0, NULL, NULL, NULL, 0}};
+    const nv_chat_msg c2[] = {{"user", "A cat", NULL, 0, NULL, NULL, NULL, 0}, {"assistant", "Meow.", NULL, 0, NULL, NULL, NULL, 0}, {"user", "Again", NULL, 0, NULL, NULL, NULL, 0},
+                              {"assistant", "Purr.", NULL, 0, NULL, NULL, NULL, 0}};
+    const nv_chat_msg c3[] = {{"user", "Weather?", NULL, 0, NULL, NULL, NULL, 0}, {"assistant", "", &call, 1, NULL, NULL, NULL, 0}, {"tool", "sunny", NULL, 0, "c1", NULL, NULL, 0},
+                              {"assistant", "Sunny.", NULL, 0, NULL, NULL, NULL, 0}};
+    const nv_chat_msg c4[] = {{"user", "Four", NULL, 0, NULL, NULL, NULL, 0}, {"assistant", "4", NULL, 0, NULL, NULL, NULL, 0}};
+    const nv_chat_msg c5[] = {{"user", "Five", NULL, 0, NULL, NULL, NULL, 0}, {"assistant", "5", NULL, 0, NULL, NULL, NULL, 0}};
+    const nv_chat_msg c6[] = {{"user", "Rain?", NULL, 0, NULL, NULL, NULL, 0}, {"assistant", "", &call2, 1, NULL, NULL, NULL, 0}};
     const nv_chat_template all[] = {NV_CHAT_CHATML, NV_CHAT_LLAMA2, NV_CHAT_LLAMA3, NV_CHAT_PLAIN, NV_CHAT_DEEPSEEK, NV_CHAT_PHI3,
                                     NV_CHAT_GRANITE, NV_CHAT_MISTRAL, NV_CHAT_PHI4_MINI, NV_CHAT_PHI4, NV_CHAT_OLMO2, NV_CHAT_SMOLLM3};
     for (int k = 0; k < (int)(sizeof all / sizeof all[0]); k++) {
@@ -795,8 +795,8 @@ static void test_preference_data(void) {
     T_CHECK(ds.pref && ds.chat && s->pairs && s->n_starts == 20 && s->n_train_starts == 16 && nv_data_pairs(&ds) == 10,
             "pref %d, %llu turns, %llu train", ds.pref, (unsigned long long)s->n_starts,
             (unsigned long long)s->n_train_starts);
-    const nv_chat_msg p0[] = {{"system", "Be kind.", NULL, 0, NULL, NULL, NULL}, {"user", "Q0", NULL, 0, NULL, NULL, NULL}, {"assistant", "Good 0.", NULL, 0, NULL, NULL, NULL}};
-    const nv_chat_msg r0[] = {{"system", "Be kind.", NULL, 0, NULL, NULL, NULL}, {"user", "Q0", NULL, 0, NULL, NULL, NULL}, {"assistant", "Bad.", NULL, 0, NULL, NULL, NULL}};
+    const nv_chat_msg p0[] = {{"system", "Be kind.", NULL, 0, NULL, NULL, NULL, 0}, {"user", "Q0", NULL, 0, NULL, NULL, NULL, 0}, {"assistant", "Good 0.", NULL, 0, NULL, NULL, NULL, 0}};
+    const nv_chat_msg r0[] = {{"system", "Be kind.", NULL, 0, NULL, NULL, NULL, 0}, {"user", "Q0", NULL, 0, NULL, NULL, NULL, 0}, {"assistant", "Bad.", NULL, 0, NULL, NULL, NULL, 0}};
     check_turn(s, 0, t, NV_CHAT_CHATML, p0, 3);
     check_turn(s, 1, t, NV_CHAT_CHATML, r0, 3);
     const char *tool = "{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": {\"type\": \"object\"}}}";
@@ -807,8 +807,8 @@ static void test_preference_data(void) {
     cJSON_AddItemToArray(tools, cJSON_Parse(tool));
     if (nv_api_tool_texts(tools, NV_TOOLS_HERMES, &texts, &n_texts, &err) == 0) {
         const nv_chat_opts o = {.tools = (const char *const *)texts, .n_tools = n_texts};
-        const nv_chat_msg p1[] = {{"user", "Q1", NULL, 0, NULL, NULL, NULL}, {"assistant", "Good 1.", NULL, 0, NULL, NULL, NULL}};
-        const nv_chat_msg r1[] = {{"user", "Q1", NULL, 0, NULL, NULL, NULL}, {"assistant", "Bad.", NULL, 0, NULL, NULL, NULL}};
+        const nv_chat_msg p1[] = {{"user", "Q1", NULL, 0, NULL, NULL, NULL, 0}, {"assistant", "Good 1.", NULL, 0, NULL, NULL, NULL, 0}};
+        const nv_chat_msg r1[] = {{"user", "Q1", NULL, 0, NULL, NULL, NULL, 0}, {"assistant", "Bad.", NULL, 0, NULL, NULL, NULL, 0}};
         check_turn_opts(s, 2, t, NV_CHAT_CHATML, p1, 2, &o);
         check_turn_opts(s, 3, t, NV_CHAT_CHATML, r1, 2, &o);
         nv_api_tool_texts_free(texts, n_texts);
@@ -866,8 +866,8 @@ static void test_preference_data(void) {
     e = nv_dataset_open_chat(&ds, &p, 1, t, 512, 0.0f, NV_CHAT_LLAMA3);
     T_CHECK(e == NV_OK && ds.pref && ds.src[0].n_starts == 6, "TRL lines: %s", e ? nv_errmsg() : "not 3 pairs");
     if (e == NV_OK && ds.src[0].n_starts == 6) {
-        const nv_chat_msg q0c[] = {{"user", "Q0", NULL, 0, NULL, NULL, NULL}, {"assistant", "Good 0.", NULL, 0, NULL, NULL, NULL}};
-        const nv_chat_msg q0r[] = {{"user", "Q0", NULL, 0, NULL, NULL, NULL}, {"assistant", "Bad.", NULL, 0, NULL, NULL, NULL}};
+        const nv_chat_msg q0c[] = {{"user", "Q0", NULL, 0, NULL, NULL, NULL, 0}, {"assistant", "Good 0.", NULL, 0, NULL, NULL, NULL, 0}};
+        const nv_chat_msg q0r[] = {{"user", "Q0", NULL, 0, NULL, NULL, NULL, 0}, {"assistant", "Bad.", NULL, 0, NULL, NULL, NULL, 0}};
         check_turn(&ds.src[0], 0, t, NV_CHAT_LLAMA3, q0c, 2);
         check_turn(&ds.src[0], 1, t, NV_CHAT_LLAMA3, q0r, 2);
         for (int k = 1; k < 3; k++) {

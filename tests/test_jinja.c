@@ -125,17 +125,17 @@ static void test_jinja_nerve_templates(void) {
         return;
     }
     const nv_chat_call calls[] = {{"get_weather", "{\"city\": \"Paris\", \"n\": 2.5}", "c1"}, {"get_time", "{}", "c2"}};
-    const nv_chat_msg c0[] = {{"user", "Hello", NULL, 0, NULL, NULL, NULL}};
-    const nv_chat_msg c1[] = {{"system", "Be brief.", NULL, 0, NULL, NULL, NULL}, {"user", "Hi there", NULL, 0, NULL, NULL, NULL}};
-    const nv_chat_msg c2[] = {{"user", "A", NULL, 0, NULL, NULL, NULL}, {"assistant", "B", NULL, 0, NULL, NULL, NULL}, {"user", "C", NULL, 0, NULL, NULL, NULL}};
-    const nv_chat_msg c3[] = {{"developer", "  Spaces  \n", NULL, 0, NULL, NULL, NULL}, {"user", "\tTabbed\n", NULL, 0, NULL, NULL, NULL}};
-    const nv_chat_msg c4[] = {{"user", "Weather?", NULL, 0, NULL, NULL, NULL},
-                              {"assistant", "Checking.", calls, 2, NULL, NULL, NULL},
-                              {"tool", "sunny", NULL, 0, "c1", NULL, NULL},
-                              {"tool", "noon", NULL, 0, "c2", NULL, NULL},
-                              {"assistant", "Sunny at noon.", NULL, 0, NULL, NULL, NULL},
-                              {"user", "Thanks", NULL, 0, NULL, NULL, NULL}};
-    const nv_chat_msg c5[] = {{"user", "ends with an answer", NULL, 0, NULL, NULL, NULL}, {"assistant", "the answer", NULL, 0, NULL, NULL, NULL}};
+    const nv_chat_msg c0[] = {{"user", "Hello", NULL, 0, NULL, NULL, NULL, 0}};
+    const nv_chat_msg c1[] = {{"system", "Be brief.", NULL, 0, NULL, NULL, NULL, 0}, {"user", "Hi there", NULL, 0, NULL, NULL, NULL, 0}};
+    const nv_chat_msg c2[] = {{"user", "A", NULL, 0, NULL, NULL, NULL, 0}, {"assistant", "B", NULL, 0, NULL, NULL, NULL, 0}, {"user", "C", NULL, 0, NULL, NULL, NULL, 0}};
+    const nv_chat_msg c3[] = {{"developer", "  Spaces  \n", NULL, 0, NULL, NULL, NULL, 0}, {"user", "\tTabbed\n", NULL, 0, NULL, NULL, NULL, 0}};
+    const nv_chat_msg c4[] = {{"user", "Weather?", NULL, 0, NULL, NULL, NULL, 0},
+                              {"assistant", "Checking.", calls, 2, NULL, NULL, NULL, 0},
+                              {"tool", "sunny", NULL, 0, "c1", NULL, NULL, 0},
+                              {"tool", "noon", NULL, 0, "c2", NULL, NULL, 0},
+                              {"assistant", "Sunny at noon.", NULL, 0, NULL, NULL, NULL, 0},
+                              {"user", "Thanks", NULL, 0, NULL, NULL, NULL, 0}};
+    const nv_chat_msg c5[] = {{"user", "ends with an answer", NULL, 0, NULL, NULL, NULL, 0}, {"assistant", "the answer", NULL, 0, NULL, NULL, NULL, 0}};
     const struct {
         const nv_chat_msg *m;
         int n, tools;
@@ -221,8 +221,8 @@ static void test_jinja_variables(void) {
     nv_jinja *j;
     T_CHECK(nv_jinja_parse(t, strlen(t), &j) == NV_OK, "%s", nv_errmsg());
     const nv_chat_call calls[] = {{"get_weather", "{\"city\": \"Paris\"}", "c1"}, {"get_time", "not json", NULL}};
-    const nv_chat_msg m[] = {{"developer", "d", NULL, 0, NULL, NULL, NULL}, {"user", "u", NULL, 0, NULL, "ann", NULL}, {"assistant", "", calls, 2, NULL, NULL, "hmm"},
-                             {"function", "r", NULL, 0, "c1", NULL, NULL}};
+    const nv_chat_msg m[] = {{"developer", "d", NULL, 0, NULL, NULL, NULL, 0}, {"user", "u", NULL, 0, NULL, "ann", NULL, 0}, {"assistant", "", calls, 2, NULL, NULL, "hmm", 0},
+                             {"function", "r", NULL, 0, "c1", NULL, NULL, 0}};
     cJSON *kw = cJSON_Parse("{\"flavour\": \"mint\", \"messages\": \"not these\"}");
     nv_chat_opts o = {.jinja = j, .tools = TOOLS, .n_tools = 2, .kwargs = kw, .no_think = 1};
     nv_buf b = {0};
@@ -250,7 +250,7 @@ static void test_jinja_variables(void) {
                          " {{ tools[0] | tojson }}";
         T_CHECK(nv_jinja_parse(tf, strlen(tf), &jf) == NV_OK, "%s", nv_errmsg());
         const nv_chat_call fc[] = {{"f", "{\"days\": 3.0, \"n\": 2, \"x\": [1e2, -0.5, \"7.0\"], \"s\": \"1.0 \\\" 2\"}", NULL}};
-        const nv_chat_msg fm[] = {{"assistant", "", fc, 1, NULL, NULL, NULL}};
+        const nv_chat_msg fm[] = {{"assistant", "", fc, 1, NULL, NULL, NULL, 0}};
         const char *tool[] = {"{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": {\"minimum\": 0.0, \"maximum\": 10}}}"};
         o = (nv_chat_opts){.jinja = jf, .tools = tool, .n_tools = 1};
         T_CHECK(nv_chat_render_text(NV_CHAT_PLAIN, tok, fm, 1, &o, &b) == NV_OK && b.data &&
@@ -281,7 +281,7 @@ static void test_jinja_variables(void) {
        it; a template that does not show it refused; a training turn of empty messages through a template of
        nothing but them */
     const char *trim = "{% for m in messages %}<{{ m.content | trim }}>{% endfor %}", *roles = "{% for m in messages %}{{ m.role }}{% endfor %}";
-    const nv_chat_msg begun[] = {{"user", "Give JSON", NULL, 0, NULL, NULL, NULL}, {"assistant", " Sure:\n", NULL, 0, NULL, NULL, NULL}};
+    const nv_chat_msg begun[] = {{"user", "Give JSON", NULL, 0, NULL, NULL, NULL, 0}, {"assistant", " Sure:\n", NULL, 0, NULL, NULL, NULL, 0}};
     T_CHECK(nv_jinja_parse(trim, strlen(trim), &j) == NV_OK, "%s", nv_errmsg());
     o = (nv_chat_opts){.jinja = j, .continue_final = 1};
     T_CHECK(nv_chat_render_text(NV_CHAT_PLAIN, tok, begun, 2, &o, &b) == NV_OK && b.data && !strcmp(b.data, "<Give JSON><Sure:"), "%s",
@@ -292,7 +292,7 @@ static void test_jinja_variables(void) {
     T_CHECK(turn_ok && n > np && ids[n - 1] == nv_tokenizer_eos(tok) && ids[n - 2] != nv_tokenizer_eos(tok), "the answer's end: %d of %d",
             turn_ok ? ids[n - 1] : -1, n);
     free(ids);
-    const nv_chat_msg empty[] = {{"user", "", NULL, 0, NULL, NULL, NULL}, {"assistant", "", NULL, 0, NULL, NULL, NULL}};
+    const nv_chat_msg empty[] = {{"user", "", NULL, 0, NULL, NULL, NULL, 0}, {"assistant", "", NULL, 0, NULL, NULL, NULL, 0}};
     T_CHECK(nv_chat_render_turn(NV_CHAT_PLAIN, tok, empty, 2, &(nv_chat_opts){.jinja = j}, &ids, &n, &np) == NV_OK && np <= n, "%s", nv_errmsg());
     free(ids);
     nv_jinja_free(j);
@@ -348,6 +348,17 @@ static void test_jinja_serve(void) {
     T_CHECK(answers(s.port, "/apply-template", "{\"messages\": [{\"role\": \"user\", \"content\": \"x\", \"name\": \"bob\"}], \"add_generation_prompt\": false}",
                     200, "\"prompt\":\"<s>### User:\\nx\\n\""),
             "add_generation_prompt false");
+    /* an answer of calls: its content none where the request sent null (or none), "" where it sent "" */
+    static const char with_calls[] =
+        "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}, {\"role\": \"assistant\", %s\"tool_calls\": [{\"id\": \"c1\", "
+        "\"type\": \"function\", \"function\": {\"name\": \"f\", \"arguments\": \"{}\"}}]}], \"add_generation_prompt\": false}";
+    char body[512];
+    snprintf(body, sizeof body, with_calls, "\"content\": \"\", ");
+    const int empty = answers(s.port, "/apply-template", body, 200, "### Assistant:\\n\\n\"");
+    snprintf(body, sizeof body, with_calls, "\"content\": null, ");
+    const int null = answers(s.port, "/apply-template", body, 200, "### Assistant:\\nNone\\n\"");
+    snprintf(body, sizeof body, with_calls, "");
+    T_CHECK(empty && null && answers(s.port, "/apply-template", body, 200, "### Assistant:\\nNone\\n\""), "a call's content: \"\" or none");
     T_CHECK(answers(s.port, "/apply-template", "{\"messages\": [{\"role\": \"user\", \"content\": \"x\", \"name\": 7}]}", 400, "'messages[0].name' must be a string") &&
                 answers(s.port, "/v1/chat/completions", "{\"messages\": [{\"role\": \"assistant\", \"content\": \"x\", \"reasoning_content\": [1]}]}", 400,
                         "'messages[0].reasoning_content' must be a string") &&

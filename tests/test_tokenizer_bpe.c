@@ -370,8 +370,8 @@ static void test_chat_history(void) {
     vocab_opts o = qwen();
     nv_tokenizer *t = load_vocab(&o);
     if (!t) return;
-    const nv_chat_msg msgs[] = {{"system", "Be kind.", NULL, 0, NULL, NULL, NULL}, {"user", "Hi there", NULL, 0, NULL, NULL, NULL},
-                                {"assistant", "Hello!", NULL, 0, NULL, NULL, NULL}, {"user", "Tell a story", NULL, 0, NULL, NULL, NULL}};
+    const nv_chat_msg msgs[] = {{"system", "Be kind.", NULL, 0, NULL, NULL, NULL, 0}, {"user", "Hi there", NULL, 0, NULL, NULL, NULL, 0},
+                                {"assistant", "Hello!", NULL, 0, NULL, NULL, NULL, 0}, {"user", "Tell a story", NULL, 0, NULL, NULL, NULL, 0}};
     static const nv_chat_template turn_by_turn[] = {NV_CHAT_CHATML, NV_CHAT_LLAMA2, NV_CHAT_LLAMA3, NV_CHAT_DEEPSEEK, NV_CHAT_PHI3,
                                                      NV_CHAT_GEMMA, NV_CHAT_PHI4, NV_CHAT_PHI4_MINI, NV_CHAT_OLMO2, NV_CHAT_GRANITE};
     for (int think = 0; think < 2; think++)
@@ -425,7 +425,7 @@ static void test_chat_turn_boundary(void) {
     vocab_opts o = qwen();
     nv_tokenizer *t = load_vocab(&o);
     if (!t) return;
-    const nv_chat_msg m[] = {{"user", "the cat\n", NULL, 0, NULL, NULL, NULL}, {"assistant", "12 in", NULL, 0, NULL, NULL, NULL}};
+    const nv_chat_msg m[] = {{"user", "the cat\n", NULL, 0, NULL, NULL, NULL, 0}, {"assistant", "12 in", NULL, 0, NULL, NULL, NULL, 0}};
     const nv_chat_opts none = {0};
     for (int k = 0; k < 2; k++) {
         const nv_chat_template tmpl = k ? NV_CHAT_CHATML : NV_CHAT_PLAIN;

@@ -59,15 +59,14 @@ int bench_template(int argc, char **argv, const bench_opts *o) {
     enum { MAX_MSGS = 129 };
     static const nv_chat_call call = {"get_weather", "{\"city\": \"Paris\", \"unit\": \"c\"}", "call_1"};
     nv_chat_msg msgs[MAX_MSGS];
-    msgs[0] = (nv_chat_msg){"system", "You are a helpful assistant. Answer briefly and kindly.", NULL, 0, NULL, NULL, NULL};
+    msgs[0] = (nv_chat_msg){.role = "system", .content = "You are a helpful assistant. Answer briefly and kindly."};
     for (int i = 1; i < MAX_MSGS; i++) {
         const int user = i % 2;
-        msgs[i] = (nv_chat_msg){user ? "user" : "assistant",
-                                user ? "Once upon a time there was a little girl named Lily. What did she find in the park?"
-                                     : "She found a shiny red ball under a big tree, and she played with it all day long.",
-                                NULL, 0, NULL, NULL, NULL};
+        msgs[i] = (nv_chat_msg){.role = user ? "user" : "assistant",
+                                .content = user ? "Once upon a time there was a little girl named Lily. What did she find in the park?"
+                                                : "She found a shiny red ball under a big tree, and she played with it all day long."};
         if (i == 2) msgs[i].calls = &call, msgs[i].n_calls = 1;
-        if (i == 3) msgs[i] = (nv_chat_msg){"tool", "{\"temp\": 21}", NULL, 0, "call_1", NULL, NULL};
+        if (i == 3) msgs[i] = (nv_chat_msg){.role = "tool", .content = "{\"temp\": 21}", .tool_call_id = "call_1"};
     }
     cJSON *tools = cJSON_Parse("[{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"description\": \"The weather in a city\","
                                " \"parameters\": {\"type\": \"object\", \"properties\": {\"city\": {\"type\": \"string\"}, \"unit\": "

@@ -924,6 +924,7 @@ int nv_api_messages_parse(const cJSON *msgs, nv_api_messages *out, nv_api_error 
                 char name[48];
                 snprintf(name, sizeof name, "messages[%d].content", i);
                 rc = content_text(content, "messages", name, &texts[i], err);
+                m[i].text_given = 1; /* ("" as sent: not none) */
             }
             m[i].role = role->valuestring;
             m[i].tool_call_id = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(msg, "tool_call_id"));

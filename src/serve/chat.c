@@ -635,7 +635,7 @@ static cJSON *jinja_vars(const nv_tokenizer *tok, const nv_chat_msg *m, int n, c
         cJSON *x = cJSON_CreateObject();
         cJSON_AddItemToArray(msgs, x);
         cJSON_AddStringToObject(x, "role", is_system(m[i].role) ? "system" : is_tool(m[i].role) ? "tool" : m[i].role);
-        if (!m[i].content || (!*m[i].content && m[i].n_calls)) cJSON_AddNullToObject(x, "content"); /* a call's none, as clients send it */
+        if (!m[i].content || (!*m[i].content && m[i].n_calls && !m[i].text_given)) cJSON_AddNullToObject(x, "content"); /* a call's none, as clients send it */
         else cJSON_AddStringToObject(x, "content", m[i].content);
         if (m[i].tool_call_id) cJSON_AddStringToObject(x, "tool_call_id", m[i].tool_call_id);
         if (m[i].name) cJSON_AddStringToObject(x, "name", m[i].name);

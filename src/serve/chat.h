@@ -87,6 +87,9 @@ typedef struct {
     const char *tool_call_id; /* a tool result's call, or NULL (mistral writes it) */
     const char *name;         /* the message's 'name' (a participant's, or a tool's), or NULL: templates run as Jinja see it */
     const char *reasoning;    /* an assistant's earlier reasoning (reasoning_content), or NULL: templates run as Jinja see it */
+    /* an assistant's calls with no text: a template run as Jinja sees its content as none, as clients
+       mostly send it, unless the request sent the empty string (then ""); templates differ on the two */
+    int text_given;
 } nv_chat_msg;
 
 typedef struct {
