@@ -408,7 +408,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         int chat = pass > 0;
         ctx.tmpl = passes[pass];
         ctx.jinja = pass == 4 ? prog : NULL;
-        ctx.xml_tools = pass == 4; /* its calls written as XML: the tools' schemas compiled to that form */
+        /* its calls written as XML or as Mistral's [ARGS] (by the body's length): the tools' schemas compiled to that form */
+        ctx.jinja_tools = pass != 4 ? NV_TOOLS_HERMES : size % 2 ? NV_TOOLS_XML : NV_TOOLS_MISTRAL_ARGS;
         nv_api_request r;
         nv_api_error err;
         int rc = nv_api_parse(&ctx, chat, (const char *)data, size, &r, &err);

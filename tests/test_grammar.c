@@ -468,6 +468,16 @@ static void test_think(void) {
     nv_grammar_unref(g);
 }
 
+/* The calls grammar of tools under frame accepts each of good and refuses each of bad. */
+static void calls_cases(const cJSON *tools, const nv_call_frame *frame, const char *const *good, size_t n_good, const char *const *bad,
+                        size_t n_bad) {
+    nv_grammar *g = NULL;
+    T_CHECK(nv_tool_calls_grammar(tools, NULL, frame, 0, 0, NULL, 0, &g) == NV_OK, "%s", nv_errmsg());
+    for (size_t i = 0; g && i < n_good; i++) T_CHECK(accepts(g, good[i]), "accepts %s", good[i]);
+    for (size_t i = 0; g && i < n_bad; i++) T_CHECK(!accepts(g, bad[i]), "refuses %s", bad[i]);
+    nv_grammar_unref(g);
+}
+
 /* Tool calls as one list in one frame (Granite's <|tool_call|>[A, B]): calls inside the list only,
  * at least one, each held to its tool's schema. */
 static void test_tool_call_list(void) {
@@ -477,18 +487,15 @@ static void test_tool_call_list(void) {
     nv_grammar *g = NULL;
     const nv_call_frame list = {.args_key = "arguments", .prefix = "<|tool_call|>[", .suffix = "]", .item_sep = ", "},
                         one = {.args_key = "arguments", .prefix = "<|tool_call|>[", .suffix = "]"};
-    T_CHECK(nv_tool_calls_grammar(tools, NULL, &list, 0, 0, NULL, 0, &g) == NV_OK, "%s", nv_errmsg());
-    if (g) {
+    {
         const char *good[] = {"<|tool_call|>[{\"name\": \"play\", \"arguments\": {\"toy\": \"car\"}}]",
                               "<|tool_call|>[{\"name\":\"time\",\"arguments\":{}}, {\"name\": \"play\", \"arguments\": {\"toy\":\"ball\"}}]",
                               "<|tool_call|>[{\"name\":\"time\",\"arguments\":{\"any\":[1]}}, {\"name\":\"time\",\"arguments\":{}}, "
                               "{\"name\":\"time\",\"arguments\":{}}]"};
-        for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) T_CHECK(accepts(g, good[i]), "accepts %s", good[i]);
         const char *bad[] = {"<|tool_call|>[]", "<|tool_call|>[{\"name\": \"play\", \"arguments\": {\"toy\": \"doll\"}}]",
                              "<|tool_call|>[{\"name\":\"time\",\"arguments\":{}}]<|tool_call|>[{\"name\":\"time\",\"arguments\":{}}]",
                              "<|tool_call|>[{\"name\":\"time\",\"arguments\":{}},]", "<|tool_call|>{\"name\":\"time\",\"arguments\":{}}"};
-        for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) T_CHECK(!accepts(g, bad[i]), "refuses %s", bad[i]);
-        nv_grammar_unref(g);
+        calls_cases(tools, &list, good, sizeof good / sizeof good[0], bad, sizeof bad / sizeof bad[0]);
     }
     /* one call only: no second in the list */
     T_CHECK(nv_tool_calls_grammar(tools, "time", &one, 0, 0, NULL, 0, &g) == NV_OK, "%s", nv_errmsg());
@@ -498,6 +505,20 @@ static void test_tool_call_list(void) {
                 "a single call");
         nv_grammar_unref(g);
     }
+    cJSON_Delete(tools);
+}
+
+/* Mistral's later calls: [TOOL_CALLS]NAME[ARGS]{...}, more right after each (parallel), held to the schemas. */
+static void test_name_args_calls(void) {
+    cJSON *tools = cJSON_Parse("[{\"type\":\"function\",\"function\":{\"name\":\"play\",\"parameters\":{\"type\":\"object\","
+                               "\"properties\":{\"toy\":{\"enum\":[\"ball\",\"car\"]}},\"required\":[\"toy\"]}}},"
+                               "{\"type\":\"function\",\"function\":{\"name\":\"time\"}}]");
+    const nv_call_frame frame = {.prefix = "[TOOL_CALLS]", .suffix = "", .sep = "", .name_args = "[ARGS]"};
+    const char *good[] = {"[TOOL_CALLS]play[ARGS]{\"toy\": \"car\"}", "[TOOL_CALLS]time[ARGS]{}[TOOL_CALLS]play[ARGS]{\"toy\":\"ball\"}",
+                          "[TOOL_CALLS]time[ARGS]{\"any\": [1]}\n"};
+    const char *bad[] = {"[TOOL_CALLS]play[ARGS]{\"toy\": \"doll\"}", "[TOOL_CALLS]play{\"toy\": \"car\"}", "[TOOL_CALLS]fly[ARGS]{}",
+                         "[TOOL_CALLS] play[ARGS]{\"toy\": \"car\"}", "play[ARGS]{}"};
+    calls_cases(tools, &frame, good, sizeof good / sizeof good[0], bad, sizeof bad / sizeof bad[0]);
     cJSON_Delete(tools);
 }
 
@@ -770,6 +791,7 @@ int main(void) {
     T_RUN(test_tool_call_list);
     T_RUN(test_calls_or_answer);
     T_RUN(test_xml_calls);
+    T_RUN(test_name_args_calls);
     T_RUN(test_lazy);
     T_RUN(test_think);
     return t_done();

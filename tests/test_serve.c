@@ -1149,18 +1149,21 @@ static void test_xml_tool_calls(void) {
         T_CHECK(0, "the XML tools server did not start");
         return;
     }
+    char *xml_log = read_log(&s);
+    T_CHECK(strstr(xml_log, "the calls written as XML") != NULL, "the start line: %s", xml_log);
+    free(xml_log);
     const int calls = required_calls(s.port, weather_tools, 2, 0);
     T_CHECK(calls >= 3, "XML: only %d calls in 4 answers", calls);
     /* a conversation's call as the template writes it: its arguments an object, each in its block */
-    char body[4096];
-    snprintf(body, sizeof body,
+    char body[4096], conv[4096];
+    snprintf(conv, sizeof conv,
              "{\"messages\":[{\"role\":\"user\",\"content\":\"Play?\"},{\"role\":\"assistant\",\"content\":\"\",\"tool_calls\":"
              "[{\"id\":\"call_1\",\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"arguments\":"
              "\"{\\\"city\\\":\\\"Oslo\\\",\\\"days\\\":3,\\\"hourly\\\":true,\\\"at\\\":null,\\\"o\\\":{\\\"a\\\":[1]}}\"}}]},"
              "{\"role\":\"tool\",\"tool_call_id\":\"call_1\",\"content\":\"done\"}],%s}",
              weather_tools);
     resp r;
-    T_CHECK(http(s.port, "POST", "/apply-template", NULL, body, &r) && r.status == 200 &&
+    T_CHECK(http(s.port, "POST", "/apply-template", NULL, conv, &r) && r.status == 200 &&
                 strstr(r.body, "<|im_start|>assistant\\n<tool_call>\\n<function=get_weather>\\n<parameter=city>\\nOslo\\n</parameter>\\n"
                                "<parameter=days>\\n3\\n</parameter>\\n<parameter=hourly>\\nTrue\\n</parameter>\\n<parameter=at>\\nNone\\n"
                                "</parameter>\\n<parameter=o>\\n{\\\"a\\\": [1]}\\n</parameter>\\n</function>\\n</tool_call><|im_end|>"),
@@ -1174,8 +1177,34 @@ static void test_xml_tool_calls(void) {
     T_CHECK(http(s.port, "POST", "/v1/chat/completions", NULL, body, &r) && r.status == 400 && strstr(r.body, "written as XML"),
             "XML unsupported schema: %d %s", r.status, r.body);
     resp_free(&r);
-    const int rc = server_stop(&s);
+    int rc = server_stop(&s);
     T_CHECK(rc == 0, "XML tools server exit %d", rc);
+
+    /* Mistral's later form (Devstral's, Mistral Small 3.2's): [TOOL_CALLS]NAME[ARGS]{...}, read from a
+       template that writes [ARGS]; calls get Mistral's 9-character ids */
+    static const char args_template[] =
+        "{%- if tools %}[AVAILABLE_TOOLS]{{ tools | tojson }}[/AVAILABLE_TOOLS]{% endif %}"
+        "{%- for m in messages %}{% if m.role == 'user' %}[INST]{{ m.content }}[/INST]"
+        "{% elif m.tool_calls %}{% for tc in m.tool_calls %}[TOOL_CALLS]{{ tc.function.name }}[ARGS]{{ tc.function.arguments | tojson }}"
+        "{% endfor %}</s>{% elif m.role == 'tool' %}[TOOL_RESULTS]{{ m.content }}[/TOOL_RESULTS]{% else %}{{ m.content }}</s>{% endif %}"
+        "{% endfor %}";
+    snprintf(tmpl, sizeof tmpl, "%s", t_write("args_tools.jinja", args_template, sizeof args_template - 1));
+    snprintf(flags, sizeof flags, "--kv-memory 64M --chat-template-file '%s' --jinja", tmpl);
+    if (!server_spawn(&s, "tools-args", NULL, NULL, model, tok_path, flags, 30)) {
+        T_CHECK(0, "the [ARGS] tools server did not start");
+        return;
+    }
+    char *log = read_log(&s);
+    T_CHECK(strstr(log, "the calls written as [TOOL_CALLS]NAME[ARGS]{...}") != NULL, "the start line: %s", log);
+    free(log);
+    const int args_calls = required_calls(s.port, weather_tools, 2, 1);
+    T_CHECK(args_calls >= 3, "[ARGS]: only %d calls in 4 answers", args_calls);
+    T_CHECK(http(s.port, "POST", "/apply-template", NULL, conv, &r) && r.status == 200 &&
+                strstr(r.body, "[INST]Play?[/INST][TOOL_CALLS]get_weather[ARGS]{\\\"city\\\": \\\"Oslo\\\", \\\"days\\\": 3, "),
+            "[ARGS] apply-template: %d %s", r.status, r.body);
+    resp_free(&r);
+    rc = server_stop(&s);
+    T_CHECK(rc == 0, "[ARGS] tools server exit %d", rc);
 }
 
 #define NCONC 8

@@ -790,7 +790,7 @@ static void run_tool_case(nv_tool_style style, const tool_case *c, int bytewise)
     T_CHECK(!strcmp(got, c->content) && n == c->n_calls, "%s (%s): content '%s' (want '%s'), %d calls (want %d)", c->text,
             bytewise ? "byte by byte" : "whole", got, c->content, n, c->n_calls);
     /* ids: OpenAI's "call_" and 24 letters and digits; Mistral's 9 letters and digits */
-    const int mistral = style == NV_TOOLS_MISTRAL;
+    const int mistral = style == NV_TOOLS_MISTRAL || style == NV_TOOLS_MISTRAL_ARGS;
     if (n && c->name0)
         T_CHECK(!strcmp(calls[0].name, c->name0) && !strcmp(calls[0].arguments, c->args0) &&
                     (mistral || !strncmp(calls[0].id, "call_", 5)) && strlen(calls[0].id) == (mistral ? 9 : 29) &&
@@ -858,6 +858,17 @@ static void test_tool_parser(void) {
         {"<|tool_call|>[{\"name\": \"play\"}]", "<|tool_call|>[{\"name\": \"play\"}]", 0, NULL, NULL},
     };
     run_tool_cases(NV_TOOLS_MISTRAL, mistral, sizeof mistral / sizeof mistral[0]);
+    /* Mistral's later form: NAME[ARGS]{...} after [TOOL_CALLS], each call its own marker */
+    static const tool_case mistral_args[] = {
+        {"Sure. [TOOL_CALLS]play[ARGS]{\"toy\": \"ball\"}", "Sure.", 1, "play", "{\"toy\":\"ball\"}"},
+        {"[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Oslo\"}[TOOL_CALLS]play[ARGS]{}\n", "", 2, "get_weather", "{\"city\":\"Oslo\"}"},
+        {"[TOOL_CALLS]fly[ARGS]{}", "[TOOL_CALLS]fly[ARGS]{}", 0, NULL, NULL},                     /* an unknown tool */
+        {"[TOOL_CALLS]play[ARGS]{} and more", "[TOOL_CALLS]play[ARGS]{} and more", 0, NULL, NULL}, /* text after it */
+        {"[TOOL_CALLS]play[ARGS][1]", "[TOOL_CALLS]play[ARGS][1]", 0, NULL, NULL},                 /* not an object */
+        {"[TOOL_CALLS]play{}", "[TOOL_CALLS]play{}", 0, NULL, NULL},
+        {"No call [TOOL_ here.", "No call [TOOL_ here.", 0, NULL, NULL},
+    };
+    run_tool_cases(NV_TOOLS_MISTRAL_ARGS, mistral_args, sizeof mistral_args / sizeof mistral_args[0]);
     /* Qwen3-Coder's XML: each value read as its schema admits */
 #define XC(body) "<tool_call>\n<function=get_weather>\n" body "</function>\n</tool_call>"
 #define XP(k, v) "<parameter=" k ">\n" v "\n</parameter>\n"

@@ -566,6 +566,8 @@ int cli_serve_run(int argc, char **argv, const cli_serve_job *job) {
     /* a template whose calls open with a control token (Granite's <|tool_call|>): its text must reach
        the tool-call parser, as llama.cpp's preserved tokens */
     if (nv_chat_tool_token(tmpl)) nv_tokenizer_show(tok, nv_chat_tool_token(tmpl));
+    const nv_tool_style jinja_tools = jinja ? nv_chat_jinja_tool_style(tmpl, jinja_text) : NV_TOOLS_HERMES;
+    if (jinja_tools == NV_TOOLS_MISTRAL_ARGS) nv_tokenizer_show(tok, NV_MISTRAL_TOOL_CALLS), nv_tokenizer_show(tok, NV_MISTRAL_ARGS);
     char tuned_line[160] = "";
     if (!no_tune && !engine_name && !chunk_given) { /* what `nerve tune` measured best here for this model */
         char machine[512], key[256];
@@ -640,7 +642,7 @@ int cli_serve_run(int argc, char **argv, const cli_serve_job *job) {
                       .tok = tok,
                       .tmpl = tmpl,
                       .jinja = jinja,
-                      .xml_tools = jinja && nv_chat_jinja_tool_style(tmpl, jinja_text) == NV_TOOLS_XML,
+                      .jinja_tools = jinja_tools,
                       .reasoning = reasoning,
                       .think_budget = think_budget,
                       .think_close = think_close,
@@ -762,15 +764,19 @@ int cli_serve_run(int argc, char **argv, const cli_serve_job *job) {
                  n_files == 1 ? "" : "s", (double)file_bytes / 1048576.0);
     }
     const char *fmt_host = strchr(host, ':') ? "[%s]" : "%s";
-    char shown[300], tmpl_shown[160];
+    char shown[300], tmpl_shown[200];
     snprintf(shown, sizeof shown, fmt_host, host);
+    const char *calls_note = ctx.jinja_tools == NV_TOOLS_XML            ? "the calls written as XML"
+                             : ctx.jinja_tools == NV_TOOLS_MISTRAL_ARGS ? "the calls written as [TOOL_CALLS]NAME[ARGS]{...}"
+                                                                        : NULL;
     if (!jinja)
         snprintf(tmpl_shown, sizeof tmpl_shown, "%s", nv_chat_template_name(tmpl));
     else if (tmpl != NV_CHAT_PLAIN)
-        snprintf(tmpl_shown, sizeof tmpl_shown, "the model's own, run as Jinja (stops and tool calls as %s%s)", nv_chat_template_name(tmpl),
-                 ctx.xml_tools ? "'s, the calls written as XML" : "");
+        snprintf(tmpl_shown, sizeof tmpl_shown, "the model's own, run as Jinja (stops and tool calls as %s%s%s)", nv_chat_template_name(tmpl),
+                 calls_note ? "'s, " : "", calls_note ? calls_note : "");
     else
-        snprintf(tmpl_shown, sizeof tmpl_shown, "the model's own, run as Jinja%s", ctx.xml_tools ? " (tool calls written as XML)" : "");
+        snprintf(tmpl_shown, sizeof tmpl_shown, "the model's own, run as Jinja%s%s%s", calls_note ? " (" : "", calls_note ? calls_note : "",
+                 calls_note ? ")" : "");
     fprintf(stderr,
             "nerve %s: %s %s://%s:%d (model %s%s, engine %s, chat template %s%s, KV %s %d blocks x %d tokens = "
             "%.1f MiB, max batch %d, prefill chunk %d%s%s%s%s%s)%s\n",

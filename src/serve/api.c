@@ -613,6 +613,9 @@ static nv_err calls_grammar(const cJSON *tools, const char *only, nv_tool_style 
                                                          .prefix = style == NV_TOOLS_MISTRAL ? NV_MISTRAL_CALLS : NV_GRANITE_CALLS,
                                                          .suffix = "]",
                                                          .item_sep = parallel ? ", " : NULL} /* one list */
+                                : style == NV_TOOLS_MISTRAL_ARGS /* [TOOL_CALLS]NAME[ARGS]{...}, more right after */
+                                    ? (nv_call_frame){.prefix = NV_MISTRAL_TOOL_CALLS, .suffix = "", .sep = parallel ? "" : NULL,
+                                                      .name_args = NV_MISTRAL_ARGS}
                                        : (nv_call_frame){.args_key = "arguments",
                                                          .prefix = "<tool_call>\n",
                                                          .suffix = "\n</tool_call>",
@@ -737,7 +740,7 @@ static int parse_tools(const nv_api_ctx *ctx, const cJSON *root, nv_api_request 
             return err->status;
         }
     }
-    const nv_tool_style style = ctx->xml_tools ? NV_TOOLS_XML : nv_chat_tool_style(ctx->tmpl);
+    const nv_tool_style style = ctx->jinja_tools ? ctx->jinja_tools : nv_chat_tool_style(ctx->tmpl);
     int n = cJSON_GetArraySize(tools);
     nv_api_tools *at = calloc(1, sizeof *at);
     if (!at || !(at->names = calloc((size_t)n, sizeof *at->names)) || !(out->tool_json = calloc((size_t)n + 1, sizeof(char *)))) {
@@ -776,7 +779,7 @@ static int parse_tools(const nv_api_ctx *ctx, const cJSON *root, nv_api_request 
         out->req.lazy_grammar = out->lazy_grammar;
         out->req.lazy_trigger = style == NV_TOOLS_LLAMA3    ? "{"
                                 : style == NV_TOOLS_GRANITE || style == NV_TOOLS_PHI4_MINI ? NV_GRANITE_TOOL_CALL
-                                : style == NV_TOOLS_MISTRAL ? NV_MISTRAL_TOOL_CALLS
+                                : style == NV_TOOLS_MISTRAL || style == NV_TOOLS_MISTRAL_ARGS ? NV_MISTRAL_TOOL_CALLS
                                                             : "<tool_call>";
         out->req.lazy_at_start = style == NV_TOOLS_LLAMA3;
         /* Llama 3's call is the whole answer, Granite's and Mistral's list the rest of it */

@@ -51,7 +51,9 @@ typedef struct {
     int dim;       /* the model's width: an embedding's length */
     nv_adapters *adapters; /* LoRA adapters a request's 'model' may name (NULL: none) */
     const nv_jinja *jinja; /* the model's template, run (nv_chat_opts.jinja); NULL: tmpl's renderer */
-    int xml_tools; /* that template writes tool calls as XML (nv_chat_jinja_tool_style): answers are read and held so */
+    /* the form that template writes tool calls in (nv_chat_jinja_tool_style: XML, Mistral's [ARGS]), answers
+       read and held so; NV_TOOLS_HERMES (0): tmpl's */
+    nv_tool_style jinja_tools;
 } nv_api_ctx;
 
 

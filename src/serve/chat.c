@@ -65,9 +65,10 @@ nv_tool_style nv_chat_tool_style(nv_chat_template t) {
 
 nv_tool_style nv_chat_jinja_tool_style(nv_chat_template t, const char *jinja_text) {
     /* <tool_call> too: templates that wrap the same body in a tag of their own are another form */
-    return jinja_text && strstr(jinja_text, "<tool_call>") && strstr(jinja_text, "<function=") && strstr(jinja_text, "<parameter=")
-               ? NV_TOOLS_XML
-               : nv_chat_tool_style(t);
+    if (jinja_text && strstr(jinja_text, "<tool_call>") && strstr(jinja_text, "<function=") && strstr(jinja_text, "<parameter="))
+        return NV_TOOLS_XML;
+    if (jinja_text && strstr(jinja_text, NV_MISTRAL_TOOL_CALLS) && strstr(jinja_text, NV_MISTRAL_ARGS)) return NV_TOOLS_MISTRAL_ARGS;
+    return nv_chat_tool_style(t);
 }
 
 const char *nv_chat_tool_token(nv_chat_template t) {

@@ -1826,7 +1826,7 @@ nv_err nv_tool_calls_grammar(const cJSON *tools, const char *only, const nv_call
     nv_gbody calls = {0};
     int n_ok = 0, n_held = 0, skipped = 0;
     char key[80], why[512] = "no tool to call";
-    snprintf(key, sizeof key, "\"%s\"", frame->xml ? "" : frame->args_key);
+    snprintf(key, sizeof key, "\"%s\"", frame->xml || frame->name_args ? "" : frame->args_key);
     for (const cJSON *t = tools ? tools->child : NULL; t && c.err == NV_OK; t = t->next) {
         const cJSON *fn = cJSON_GetObjectItemCaseSensitive(t, "function");
         const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(fn, "name"));
@@ -1854,21 +1854,23 @@ nv_err nv_tool_calls_grammar(const cJSON *tools, const char *only, const nv_call
             nv_gbody_lit(c.b, &body, lit, strlen(lit));
             nv_gbody_ref(&body, args);
             nv_gbody_lit(c.b, &body, "</function>", 11);
-            if (n_ok++) nv_gbody_alt(&calls);
-            nv_gbody_ref(&calls, nv_gbuild_add(c.b, &body));
-            continue;
+        } else if (frame->name_args) { /* NAME name_args ARGS */
+            nv_gbody_lit(c.b, &body, name, strlen(name));
+            nv_gbody_lit(c.b, &body, frame->name_args, strlen(frame->name_args));
+            nv_gbody_ref(&body, args);
+        } else { /* {"name": NAME, KEY: ARGS} */
+            snprintf(lit, sizeof lit, "\"%s\"", name);
+            int w = ws(&c);
+            nv_gbody_lit(c.b, &body, "{", 1);
+            nv_gbody_ref(&body, w);
+            nv_gbody_ref(&body, member(&c, "\"name\"", 0, lit_rule(&c, lit)));
+            nv_gbody_ref(&body, w);
+            nv_gbody_lit(c.b, &body, ",", 1);
+            nv_gbody_ref(&body, w);
+            nv_gbody_ref(&body, member(&c, key, 0, args));
+            nv_gbody_ref(&body, w);
+            nv_gbody_lit(c.b, &body, "}", 1);
         }
-        snprintf(lit, sizeof lit, "\"%s\"", name);
-        int w = ws(&c);
-        nv_gbody_lit(c.b, &body, "{", 1);
-        nv_gbody_ref(&body, w);
-        nv_gbody_ref(&body, member(&c, "\"name\"", 0, lit_rule(&c, lit)));
-        nv_gbody_ref(&body, w);
-        nv_gbody_lit(c.b, &body, ",", 1);
-        nv_gbody_ref(&body, w);
-        nv_gbody_ref(&body, member(&c, key, 0, args));
-        nv_gbody_ref(&body, w);
-        nv_gbody_lit(c.b, &body, "}", 1);
         if (n_ok++) nv_gbody_alt(&calls);
         nv_gbody_ref(&calls, nv_gbuild_add(c.b, &body));
     }

@@ -63,6 +63,7 @@ nv_err nv_schema_grammar_framed(const cJSON *schema, const char *prefix, const c
 typedef struct {
     const char *args_key, *prefix, *suffix, *sep, *item_sep;
     int xml;
+    const char *name_args; /* not NULL: a call is instead NAME name_args ARGS (Mistral's NAME[ARGS]{...}; args_key unused) */
 } nv_call_frame;
 
 /* The kinds of JSON value schema admits (its type, "number" holding "integer"; enum or const

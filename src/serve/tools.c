@@ -226,7 +226,7 @@ static void call_id(char *out, nv_tool_style style) {
     static const char digits[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
     nv_rng r;
     nv_rng_seed(&r, ((uint64_t)(nv_now() * 1e9) << 9) ^ atomic_fetch_add(&counter, 1) * 0x9E3779B97F4A7C15ull);
-    const int mistral = style == NV_TOOLS_MISTRAL, at = mistral ? 0 : 5, n = mistral ? 9 : 24;
+    const int mistral = style == NV_TOOLS_MISTRAL || style == NV_TOOLS_MISTRAL_ARGS, at = mistral ? 0 : 5, n = mistral ? 9 : 24;
     memcpy(out, "call_", (size_t)at);
     for (int i = 0; i < n; i++) out[at + i] = digits[nv_xorshift_u32(&r.state) % 62];
     out[at + n] = '\0';
@@ -598,8 +598,36 @@ static int listed_calls(nv_tool_parser *p, const char *text, size_t n, nv_tool_c
     return ok;
 }
 
-/* Granite and Mistral: the answer's text, then the marker (tag) and its calls to the end of the answer. */
-static int feed_list(nv_tool_parser *p, const char *tag, int final, nv_buf *content, nv_tool_call **calls, int *n_calls) {
+/* Mistral's later calls after their first [TOOL_CALLS] (text, n bytes): NAME[ARGS]{...}, each further
+ * one after its own [TOOL_CALLS], white space between; every one a call of a known tool with an
+ * object, else none is (1, 0, -1 as listed_calls). */
+static int args_calls(nv_tool_parser *p, const char *text, size_t n, nv_tool_call **calls, int *n_calls) {
+    const char *s = text, *end = text + n;
+    int ok = 1, made = 0;
+    while (ok > 0) {
+        const char *a = find(s, end, NV_MISTRAL_ARGS), *j_end = NULL;
+        const char *j = a ? a + strlen(NV_MISTRAL_ARGS) : NULL;
+        cJSON *args = a && known_tool(p, s, (size_t)(a - s)) ? cJSON_ParseWithLengthOpts(j, (size_t)(end - j), &j_end, 0) : NULL;
+        nv_tool_call c;
+        ok = cJSON_IsObject(args) ? make_call(p->style, s, (size_t)(a - s), args, &c) : 0;
+        if (ok > 0 && add_call(calls, n_calls, &c) < 0) free(c.name), free(c.arguments), ok = -1;
+        made += ok > 0;
+        cJSON_Delete(args);
+        if (ok <= 0) break;
+        s = skip_ws(j_end, end);
+        if (s == end) break;
+        if (starts(s, end, NV_MISTRAL_TOOL_CALLS)) s += strlen(NV_MISTRAL_TOOL_CALLS);
+        else ok = 0; /* text after the calls */
+    }
+    if (ok <= 0) take_back(*calls, n_calls, made);
+    else p->n_calls += made;
+    return ok;
+}
+
+/* Granite's, Mistral's: the answer's text, then the marker (tag) and its calls, which read reads, to
+ * the end of the answer. */
+static int feed_list(nv_tool_parser *p, const char *tag, int (*read)(nv_tool_parser *, const char *, size_t, nv_tool_call **, int *),
+                     int final, nv_buf *content, nv_tool_call **calls, int *n_calls) {
     const size_t tag_len = strlen(tag);
     const char *h = p->hold.data ? p->hold.data : "";
     size_t len = p->hold.len;
@@ -620,7 +648,7 @@ static int feed_list(nv_tool_parser *p, const char *tag, int final, nv_buf *cont
     if (!final) return 0;
     h = p->hold.data ? p->hold.data : "";
     len = p->hold.len;
-    int ok = listed_calls(p, h, len, calls, n_calls);
+    int ok = read(p, h, len, calls, n_calls);
     if (ok < 0) return -1;
     if (!ok) { /* not calls after all: as written, with the blank before the marker */
         nv_buf_append(content, p->ws.data ? p->ws.data : "", p->ws.len);
@@ -638,8 +666,9 @@ int nv_tool_parser_feed(nv_tool_parser *p, const char *s, size_t n, int final, n
     nv_buf_append(&p->hold, s, n);
     if (p->hold.oom) return -1;
     int rc = p->style == NV_TOOLS_LLAMA3    ? feed_llama3(p, final, content, calls, n_calls)
-             : p->style == NV_TOOLS_GRANITE || p->style == NV_TOOLS_PHI4_MINI ? feed_list(p, NV_GRANITE_TOOL_CALL, final, content, calls, n_calls)
-             : p->style == NV_TOOLS_MISTRAL ? feed_list(p, NV_MISTRAL_TOOL_CALLS, final, content, calls, n_calls)
+             : p->style == NV_TOOLS_GRANITE || p->style == NV_TOOLS_PHI4_MINI ? feed_list(p, NV_GRANITE_TOOL_CALL, listed_calls, final, content, calls, n_calls)
+             : p->style == NV_TOOLS_MISTRAL ? feed_list(p, NV_MISTRAL_TOOL_CALLS, listed_calls, final, content, calls, n_calls)
+             : p->style == NV_TOOLS_MISTRAL_ARGS ? feed_list(p, NV_MISTRAL_TOOL_CALLS, args_calls, final, content, calls, n_calls)
                                             : feed_hermes(p, final, content, calls, n_calls);
     return rc < 0 || content->oom ? -1 : 0;
 }
