@@ -272,7 +272,7 @@ static void check_tool_parser(const char *data, size_t size) {
                             "\"o\":{\"anyOf\":[{\"type\":\"object\"},{\"type\":\"null\"},{\"$ref\":\"#/$defs/a\"}]}},"
                             "\"$defs\":{\"a\":{\"$ref\":\"#/$defs/a\"}}}}},{\"type\":\"function\",\"function\":{\"name\":\"play\","
                             "\"parameters\":{\"type\":\"object\",\"additionalProperties\":{\"type\":\"number\"}}}}]");
-    for (int style = NV_TOOLS_HERMES; style <= NV_TOOLS_XML; style++) {
+    for (int style = NV_TOOLS_HERMES; style < NV_TOOLS_N; style++) {
         nv_buf content[2] = {{0}, {0}};
         nv_tool_call *calls[2] = {NULL, NULL};
         int n[2] = {0, 0};

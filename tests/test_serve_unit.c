@@ -342,6 +342,32 @@ static void test_chat_template_text(void) {
     nv_tokenizer_free(tok);
 }
 
+/* Under tool_choice auto, where the calls are the rest of the answer (Mistral's forms), the lazy grammar
+ * holds all of them: several where parallel_tool_calls, one where not. */
+static void test_api_lazy_parallel_calls(void) {
+    nv_tokenizer *tok = tok512();
+    if (!tok) return;
+    nv_api_ctx ctx = {.model_id = "m", .tok = tok, .tmpl = NV_CHAT_MISTRAL, .seq_len = 2048, .vocab_size = 512, .capacity = 2048, .dim = 64,
+                      .jinja_tools = NV_TOOLS_MISTRAL_ARGS};
+    static const char fmt[] = "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"parallel_tool_calls\":%s,\"tools\":["
+                              "{\"type\":\"function\",\"function\":{\"name\":\"play\",\"parameters\":{\"type\":\"object\"}}}]}";
+    const char *two = "[TOOL_CALLS]play[ARGS]{}[TOOL_CALLS]play[ARGS]{\"a\": 1}";
+    for (int parallel = 0; parallel < 2; parallel++) {
+        char body[512];
+        snprintf(body, sizeof body, fmt, parallel ? "true" : "false");
+        nv_api_request r;
+        nv_api_error e;
+        T_CHECK(nv_api_parse(&ctx, 1, body, strlen(body), &r, &e) == 0 && r.req.lazy_grammar && r.req.lazy_ends &&
+                    !strcmp(r.req.lazy_trigger, "[TOOL_CALLS]"),
+                "%s", e.message);
+        nv_gmatch *m = r.req.lazy_grammar ? nv_gmatch_new(r.req.lazy_grammar) : NULL;
+        T_CHECK(m && nv_gmatch_feed(m, two, strlen(two)) == parallel, "parallel %d: two calls %s", parallel, parallel ? "refused" : "taken");
+        nv_gmatch_free(m);
+        nv_api_request_free(&r);
+    }
+    nv_tokenizer_free(tok);
+}
+
 static void test_api_parse_defaults_and_limits(void) {
     nv_tokenizer *tok = tok512();
     if (!tok) return;
@@ -867,6 +893,9 @@ static void test_tool_parser(void) {
         {"[TOOL_CALLS]play[ARGS][1]", "[TOOL_CALLS]play[ARGS][1]", 0, NULL, NULL},                 /* not an object */
         {"[TOOL_CALLS]play{}", "[TOOL_CALLS]play{}", 0, NULL, NULL},
         {"No call [TOOL_ here.", "No call [TOOL_ here.", 0, NULL, NULL},
+        {"[TOOL_CALLS]play[ARGS]{}\n [TOOL_CALLS]play[ARGS]{\"toy\": \"[TOOL_CALLS]x[ARGS]\"}", "", 2, "play", "{}"}, /* blanks between; markers in a string */
+        {"[TOOL_CALLS]play[ARGS]{}{}", "[TOOL_CALLS]play[ARGS]{}{}", 0, NULL, NULL},
+        {"[TOOL_CALLS]play[ARGS]{}[TOOL_CALLS]", "[TOOL_CALLS]play[ARGS]{}[TOOL_CALLS]", 0, NULL, NULL},
     };
     run_tool_cases(NV_TOOLS_MISTRAL_ARGS, mistral_args, sizeof mistral_args / sizeof mistral_args[0]);
     /* Qwen3-Coder's XML: each value read as its schema admits */
@@ -1261,6 +1290,7 @@ int main(void) {
     T_RUN(test_chat_history);
     T_RUN(test_chat_template_text);
     T_RUN(test_api_parse_defaults_and_limits);
+    T_RUN(test_api_lazy_parallel_calls);
     T_RUN(test_api_response_shapes);
     T_RUN(test_api_tokenize);
     T_RUN(test_api_enable_thinking);

@@ -762,6 +762,7 @@ static int parse_tools(const nv_api_ctx *ctx, const cJSON *root, nv_api_request 
     /* an answer format (response_format): a turn that must call leaves it for a later turn; under auto
        the answer is a call or, instead, the answer in the format, from its first byte */
     const int format = out->grammar != NULL;
+    const int rest_of_answer = style != NV_TOOLS_HERMES && style != NV_TOOLS_XML; /* the calls end the answer */
     nv_grammar_unref(out->grammar);
     out->grammar = out->req.grammar = NULL;
     if (required || only || format) {
@@ -773,17 +774,18 @@ static int parse_tools(const nv_api_ctx *ctx, const cJSON *root, nv_api_request 
             return err->status;
         }
         out->req.grammar = out->grammar;
-    } else if (calls_grammar(tools, NULL, style, 0, 1, 0, NULL, &out->lazy_grammar) == NV_OK) {
+    } else if (calls_grammar(tools, NULL, style, rest_of_answer && parallel, 1, 0, NULL, &out->lazy_grammar) == NV_OK) {
         /* auto: the answer is free, but a call, once begun, follows the schemas (a schema the
-         * grammar cannot take leaves the calls unconstrained: they are still read) */
+         * grammar cannot take leaves the calls unconstrained: they are still read); where the calls
+         * are the rest of the answer, the grammar holds them all (parallel ones too) */
         out->req.lazy_grammar = out->lazy_grammar;
         out->req.lazy_trigger = style == NV_TOOLS_LLAMA3    ? "{"
                                 : style == NV_TOOLS_GRANITE || style == NV_TOOLS_PHI4_MINI ? NV_GRANITE_TOOL_CALL
                                 : style == NV_TOOLS_MISTRAL || style == NV_TOOLS_MISTRAL_ARGS ? NV_MISTRAL_TOOL_CALLS
                                                             : "<tool_call>";
         out->req.lazy_at_start = style == NV_TOOLS_LLAMA3;
-        /* Llama 3's call is the whole answer, Granite's and Mistral's list the rest of it */
-        out->req.lazy_ends = (style != NV_TOOLS_HERMES && style != NV_TOOLS_XML) || !parallel;
+        /* Llama 3's call is the whole answer, Granite's and Mistral's calls the rest of it */
+        out->req.lazy_ends = rest_of_answer || !parallel;
         out->req.lazy_think = out->reasoning; /* a call begins after the model's think block */
     }
     return 0;

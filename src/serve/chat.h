@@ -123,14 +123,17 @@ typedef struct {
 /* XML: Qwen3-Coder's (and Qwen3.5's) calls, each <tool_call>\n<function=NAME>\n<parameter=KEY>\nVALUE\n
  * </parameter>\n...</function>\n</tool_call>, a string VALUE as it is and any other as its JSON text; only a
  * template run as Jinja writes them (nv_chat_jinja_tool_style). */
-/* MISTRAL_ARGS: Mistral's later templates' calls (Devstral's, Mistral Small 3.2's, Magistral's: its v11
- * tokenizer's), each [TOOL_CALLS]NAME[ARGS]{...} one after another, ending the answer; only a template
- * run as Jinja writes them (nv_chat_jinja_tool_style). */
-typedef enum { NV_TOOLS_HERMES = 0, NV_TOOLS_LLAMA3, NV_TOOLS_GRANITE, NV_TOOLS_MISTRAL, NV_TOOLS_PHI4_MINI, NV_TOOLS_XML, NV_TOOLS_MISTRAL_ARGS } nv_tool_style;
+/* MISTRAL_ARGS: Mistral's later templates' calls (Devstral's, Mistral Small 3.2's), each
+ * [TOOL_CALLS]NAME[ARGS]{...} one after another, ending the answer; only a template run as Jinja
+ * writes them (nv_chat_jinja_tool_style). */
+typedef enum {
+    NV_TOOLS_HERMES = 0, NV_TOOLS_LLAMA3, NV_TOOLS_GRANITE, NV_TOOLS_MISTRAL, NV_TOOLS_PHI4_MINI, NV_TOOLS_XML, NV_TOOLS_MISTRAL_ARGS,
+    NV_TOOLS_N /* how many */
+} nv_tool_style;
 nv_tool_style nv_chat_tool_style(nv_chat_template t);
 /* The calls' format of a template run as Jinja whose text is jinja_text: XML where the text writes
  * "<tool_call>", "<function=" and "<parameter=" (as Qwen3-Coder's does), MISTRAL_ARGS where it writes
- * "[TOOL_CALLS]" and "[ARGS]", else t's. */
+ * "[TOOL_CALLS]" and "[ARGS]" but not "[CALL_ID]" (the form with a call id between, not read), else t's. */
 nv_tool_style nv_chat_jinja_tool_style(nv_chat_template t, const char *jinja_text);
 /* The form a template is given each tool's text in (nv_chat_opts.tools): a template run as Jinja gets
  * each tool whole (Hermes's one line: its variables are parsed back from it), a renderer its own form. */
