@@ -1121,12 +1121,27 @@ static void test_tool_calls(void) {
                    "{\\\"toy\\\":\\\"car\\\"}}]<|/tool_call|><|end|><|tool|>done<|end|><|assistant|>");
 }
 
+/* A server on model (--kv-memory 64M) running text, written to file, as its Jinja chat template,
+ * whose start line says how it writes calls (note); 1 when it is up and says so. */
+static int template_server(server *s, const char *name, const char *model, const char *file, const char *text, const char *note) {
+    char flags[1024];
+    snprintf(flags, sizeof flags, "--kv-memory 64M --chat-template-file '%s' --jinja", t_write(file, text, strlen(text)));
+    if (!server_spawn(s, name, NULL, NULL, model, tok_path, flags, 30)) {
+        T_CHECK(0, "the %s server did not start", name);
+        return 0;
+    }
+    char *log = read_log(s);
+    T_CHECK(strstr(log, note) != NULL, "%s: the start line: %s", name, log);
+    free(log);
+    return 1;
+}
+
 /* Calls written as XML (Qwen3-Coder's form) by a template run as Jinja that writes them so: the
  * server reads that from the template, holds required calls to the form and the schemas (a string
  * as it is, an integer as its digits) and gives them back as OpenAI's calls, whole and streamed; a
  * conversation's call reaches the template with its arguments as an object. */
 static void test_xml_tool_calls(void) {
-    char model[700], args[1024], tmpl[700];
+    char model[700], args[1024];
     snprintf(model, sizeof model, "%s/tools-2k.bin", tmpdir);
     snprintf(args, sizeof args, "init --preset stories260K --seq-len 2048 --seed 7 -o '%s'", model);
     if (access(model, R_OK) != 0 && t_nerve(args) != 0) {
@@ -1141,17 +1156,8 @@ static void test_xml_tool_calls(void) {
         "{{ v | tojson if v is mapping or (v is sequence and v is not string) else v | string }}\n</parameter>\n{% endfor %}"
         "</function>\n</tool_call>{% endfor %}"
         "{% else %}{{ m.content }}{% endif %}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
-    snprintf(tmpl, sizeof tmpl, "%s", t_write("xml_tools.jinja", xml_template, sizeof xml_template - 1));
-    char flags[1024];
-    snprintf(flags, sizeof flags, "--kv-memory 64M --chat-template-file '%s' --jinja", tmpl);
     server s;
-    if (!server_spawn(&s, "tools-xml", NULL, NULL, model, tok_path, flags, 30)) {
-        T_CHECK(0, "the XML tools server did not start");
-        return;
-    }
-    char *xml_log = read_log(&s);
-    T_CHECK(strstr(xml_log, "the calls written as XML") != NULL, "the start line: %s", xml_log);
-    free(xml_log);
+    if (!template_server(&s, "tools-xml", model, "xml_tools.jinja", xml_template, "the calls written as XML")) return;
     const int calls = required_calls(s.port, weather_tools, 2, 0);
     T_CHECK(calls >= 3, "XML: only %d calls in 4 answers", calls);
     /* a conversation's call as the template writes it: its arguments an object, each in its block */
@@ -1188,15 +1194,8 @@ static void test_xml_tool_calls(void) {
         "{% elif m.tool_calls %}{% for tc in m.tool_calls %}[TOOL_CALLS]{{ tc.function.name }}[ARGS]{{ tc.function.arguments | tojson }}"
         "{% endfor %}</s>{% elif m.role == 'tool' %}[TOOL_RESULTS]{{ m.content }}[/TOOL_RESULTS]{% else %}{{ m.content }}</s>{% endif %}"
         "{% endfor %}";
-    snprintf(tmpl, sizeof tmpl, "%s", t_write("args_tools.jinja", args_template, sizeof args_template - 1));
-    snprintf(flags, sizeof flags, "--kv-memory 64M --chat-template-file '%s' --jinja", tmpl);
-    if (!server_spawn(&s, "tools-args", NULL, NULL, model, tok_path, flags, 30)) {
-        T_CHECK(0, "the [ARGS] tools server did not start");
+    if (!template_server(&s, "tools-args", model, "args_tools.jinja", args_template, "the calls written as [TOOL_CALLS]NAME[ARGS]{...}"))
         return;
-    }
-    char *log = read_log(&s);
-    T_CHECK(strstr(log, "the calls written as [TOOL_CALLS]NAME[ARGS]{...}") != NULL, "the start line: %s", log);
-    free(log);
     const int args_calls = required_calls(s.port, weather_tools, 2, 1);
     T_CHECK(args_calls >= 3, "[ARGS]: only %d calls in 4 answers", args_calls);
     T_CHECK(http(s.port, "POST", "/apply-template", NULL, conv, &r) && r.status == 200 &&

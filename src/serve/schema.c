@@ -233,7 +233,6 @@ static int sequence_of(sc *c, const char *open, const char *close, const int *pr
     /* after_k: k items written, next a "," or the closer; past the prefix, an unbounded list loops on its last state */
     int last = -1;
     long top = max >= 0 ? max : min > n_prefix ? min : n_prefix > 0 ? n_prefix : 1;
-    if (max < 0 && top < 1) top = 1;
     int *after = calloc((size_t)top + 1, sizeof *after);
     if (!after) return fail(c, NV_ENOMEM, "out of memory");
     for (long k = top; k >= 1; k--) {
@@ -593,21 +592,10 @@ static int gen_properties(sc *c, const cJSON *props, const cJSON *required) {
         members[i] = member(c, key, 0, gen(c, p));
         cJSON_free(key);
     }
-    if (required) {
-        for (const cJSON *r = required->child; r; r = r->next) {
-            if (!cJSON_IsString(r)) {
-                fail(c, NV_EINVAL, "'required' must list property names");
-                break;
-            }
-            int j = 0;
-            const cJSON *p = props->child;
-            while (p && strcmp(p->string, r->valuestring)) p = p->next, j++;
-            if (!p) {
-                fail(c, NV_EUNSUPPORTED, "'required' names '%.100s', which is not among 'properties'", r->valuestring);
-                break;
-            }
-            req[j] = 1;
-        }
+    for (const cJSON *r = required ? required->child : NULL; r; r = r->next) { /* (object_keywords checked them) */
+        int j = 0;
+        for (const cJSON *p = props->child; p && strcmp(p->string, r->valuestring); p = p->next) j++;
+        req[j] = 1;
     }
     /* first_i: members i.. with none written yet; next_i: with some written (a comma first) */
     int w = ws(c);
@@ -643,21 +631,32 @@ static int gen_properties(sc *c, const cJSON *props, const cJSON *required) {
     return nv_gbuild_add(c->b, &body);
 }
 
-static int gen_object(sc *c, const cJSON *s) {
-    const cJSON *props = cJSON_GetObjectItemCaseSensitive(s, "properties");
-    const cJSON *req = cJSON_GetObjectItemCaseSensitive(s, "required");
-    const cJSON *add = cJSON_GetObjectItemCaseSensitive(s, "additionalProperties");
-    if (props && !cJSON_IsObject(props)) return fail(c, NV_EINVAL, "'properties' must be an object");
-    if (req && !cJSON_IsArray(req)) return fail(c, NV_EINVAL, "'required' must be an array");
-    if (add && !cJSON_IsBool(add) && !cJSON_IsObject(add))
+/* An object schema's properties, required and additionalProperties (*props, *req, *add), checked:
+ * each of its kind; with properties, no additionalProperties but false (members are the listed
+ * ones) and required naming them; without, nothing required. 1, or 0 with c->err set. */
+static int object_keywords(sc *c, const cJSON *s, const cJSON **props, const cJSON **req, const cJSON **add) {
+    *props = cJSON_GetObjectItemCaseSensitive(s, "properties");
+    *req = cJSON_GetObjectItemCaseSensitive(s, "required");
+    *add = cJSON_GetObjectItemCaseSensitive(s, "additionalProperties");
+    if (*props && !cJSON_IsObject(*props)) return fail(c, NV_EINVAL, "'properties' must be an object");
+    if (*req && !cJSON_IsArray(*req)) return fail(c, NV_EINVAL, "'required' must be an array");
+    if (*add && !cJSON_IsBool(*add) && !cJSON_IsObject(*add))
         return fail(c, NV_EINVAL, "'additionalProperties' must be a boolean or a schema");
-    if (props && props->child) {
-        if (add && !cJSON_IsFalse(add))
-            return fail(c, NV_EUNSUPPORTED,
-                        "'additionalProperties' beside 'properties' is not supported (members are the listed ones)");
-        return gen_properties(c, props, req);
-    }
-    if (req && req->child) return fail(c, NV_EUNSUPPORTED, "'required' without 'properties' is not supported");
+    if (!*props || !(*props)->child)
+        return *req && (*req)->child ? fail(c, NV_EUNSUPPORTED, "'required' without 'properties' is not supported") : 1;
+    if (*add && !cJSON_IsFalse(*add))
+        return fail(c, NV_EUNSUPPORTED, "'additionalProperties' beside 'properties' is not supported (members are the listed ones)");
+    for (const cJSON *r = *req ? (*req)->child : NULL; r; r = r->next)
+        if (!cJSON_IsString(r)) return fail(c, NV_EINVAL, "'required' must list property names");
+        else if (!cJSON_GetObjectItemCaseSensitive(*props, r->valuestring))
+            return fail(c, NV_EUNSUPPORTED, "'required' names '%.100s', which is not among 'properties'", r->valuestring);
+    return 1;
+}
+
+static int gen_object(sc *c, const cJSON *s) {
+    const cJSON *props, *req, *add;
+    if (!object_keywords(c, s, &props, &req, &add)) return 0;
+    if (props && props->child) return gen_properties(c, props, req);
     if (cJSON_IsFalse(add)) return sequence(c, "{", "}", 0, 0, 0); /* nothing may be in it */
     int value = cJSON_IsObject(add) ? gen(c, add) : any_value(c);
     if (!cJSON_IsObject(add)) return c->object_any;
@@ -1461,7 +1460,7 @@ static unsigned type_kinds(const cJSON *type) {
     return k & NV_KIND_NUMBER ? k | NV_KIND_INTEGER : k; /* a number may be whole */
 }
 
-/* A schema's kinds and string_bound walk its references and branches: at most this deep, and this
+/* A schema's kinds and free_text walk its references and branches: at most this deep, and this
  * many schemas looked at (an untrusted schema's branches could otherwise multiply without end). */
 #define KINDS_DEPTH 16
 #define KINDS_WORK 4096
@@ -1506,13 +1505,11 @@ static unsigned kinds_walk(const cJSON *s, const cJSON *doc, int depth, int *wor
 }
 
 /* 0 (any) where the walk ran out of work. */
-static unsigned kinds(const cJSON *s, const cJSON *doc) {
+unsigned nv_schema_kinds(const cJSON *schema, const cJSON *doc) {
     int work = KINDS_WORK;
-    unsigned k = kinds_walk(s, doc, 0, &work);
+    unsigned k = kinds_walk(schema, doc, 0, &work);
     return work < 0 ? 0 : k;
 }
-
-unsigned nv_schema_kinds(const cJSON *schema, const cJSON *doc) { return kinds(schema, doc); }
 
 /* 1 when any text, read as the value it is of the kinds s admits or else as a string, fits s: s is
  * true, says nothing, or names types alone (one or a list, nothing holding them further), or each of
@@ -1629,7 +1626,7 @@ static int raw_string(sc *c, const cJSON *s) {
 /* A parameter's value: a string as it is; any other value as its JSON text; where the schema admits
  * strings and more (or does not say), any text (read back as one of the others where it is one). */
 static int xml_value(sc *c, const cJSON *s) {
-    const unsigned k = kinds(s, c->doc);
+    const unsigned k = nv_schema_kinds(s, c->doc);
     int work = KINDS_WORK;
     if (k && !(k & NV_KIND_STRING)) return gen(c, s);
     if (k == NV_KIND_STRING) return raw_string(c, s);
@@ -1673,23 +1670,13 @@ static int xml_params(sc *c, const cJSON *params) {
         if (!in_list(k->string, keys, COUNT(keys)) && !in_list(k->string, ignored_keys, COUNT(ignored_keys)))
             return fail(c, NV_EUNSUPPORTED, "'%.60s' on a tool's parameters is not supported in tool calls written as XML "
                                             "(an object's 'properties' are)", k->string);
-    const cJSON *type = cJSON_GetObjectItemCaseSensitive(params, "type"), *props = cJSON_GetObjectItemCaseSensitive(params, "properties");
-    const cJSON *req = cJSON_GetObjectItemCaseSensitive(params, "required"), *add = cJSON_GetObjectItemCaseSensitive(params, "additionalProperties");
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(params, "type"), *props, *req, *add;
     if (type && type_kinds(type) != NV_KIND_OBJECT) return fail(c, NV_EINVAL, "a tool's parameters must be of type 'object'");
-    if (props && !cJSON_IsObject(props)) return fail(c, NV_EINVAL, "'properties' must be an object");
-    if (req && !cJSON_IsArray(req)) return fail(c, NV_EINVAL, "'required' must be an array");
-    if (add && !cJSON_IsBool(add) && !cJSON_IsObject(add)) return fail(c, NV_EINVAL, "'additionalProperties' must be a boolean or a schema");
+    if (!object_keywords(c, params, &props, &req, &add)) return 0;
     if (!props || !props->child) {
-        if (req && req->child) return fail(c, NV_EUNSUPPORTED, "'required' without 'properties' is not supported");
         if (cJSON_IsFalse(add)) return lit_rule(c, "");
         return repeat(c, xml_param(c, NULL, cJSON_IsObject(add) ? xml_value(c, add) : xml_text(c)), 0, -1);
     }
-    if (add && !cJSON_IsFalse(add))
-        return fail(c, NV_EUNSUPPORTED, "'additionalProperties' beside 'properties' is not supported (members are the listed ones)");
-    for (const cJSON *r = req ? req->child : NULL; r; r = r->next)
-        if (!cJSON_IsString(r)) return fail(c, NV_EINVAL, "'required' must list property names");
-        else if (!cJSON_GetObjectItemCaseSensitive(props, r->valuestring))
-            return fail(c, NV_EUNSUPPORTED, "'required' names '%.100s', which is not among 'properties'", r->valuestring);
     /* the parameters from the last back: rest_i ::= param_i rest_{i+1}, or rest_{i+1} alone when param_i is optional */
     int k = cJSON_GetArraySize(props), *values = calloc((size_t)k * 2 + 1, sizeof *values), *required = values + k, i = 0;
     if (!values) return fail(c, NV_ENOMEM, "out of memory");

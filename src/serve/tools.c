@@ -281,9 +281,14 @@ static int call_of_json(const nv_tool_parser *p, const cJSON *j, nv_tool_call *o
     return ok;
 }
 
+/* Appends c (taken: freed when out of memory, -1). */
 static int add_call(nv_tool_call **calls, int *n, const nv_tool_call *c) {
     nv_tool_call *v = realloc(*calls, (size_t)(*n + 1) * sizeof *v);
-    if (!v) return -1;
+    if (!v) {
+        free(c->name);
+        free(c->arguments);
+        return -1;
+    }
     *calls = v;
     v[(*n)++] = *c;
     return 0;
@@ -452,7 +457,7 @@ static int xml_calls(nv_tool_parser *p, const char *text, size_t n, nv_tool_call
         }
         nv_tool_call c;
         if (ok > 0) ok = make_call(p->style, name, name_n, args, &c);
-        if (ok > 0 && add_call(calls, n_calls, &c) < 0) free(c.name), free(c.arguments), ok = -1;
+        if (ok > 0 && add_call(calls, n_calls, &c) < 0) ok = -1;
         made += ok > 0;
         cJSON_Delete(args);
         if (ok > 0 && s < end && !starts(s, end, "<function=")) ok = 0; /* text after the calls */
@@ -521,11 +526,7 @@ static int feed_hermes(nv_tool_parser *p, int final, nv_buf *content, nv_tool_ca
         const size_t closing = end && !p->bare ? sizeof close - 1 : 0; /* a bare call's end is its own */
         nv_tool_call c;
         int ok = xml ? xml_calls(p, s, body, calls, n_calls) : parse_call(p, s, body, &c);
-        if (!xml && ok > 0 && add_call(calls, n_calls, &c) < 0) {
-            free(c.name);
-            free(c.arguments);
-            ok = -1;
-        }
+        if (!xml && ok > 0 && add_call(calls, n_calls, &c) < 0) ok = -1;
         if (ok < 0) {
             rc = -1;
             break;
@@ -565,11 +566,7 @@ static int feed_llama3(nv_tool_parser *p, int final, nv_buf *content, nv_tool_ca
     if (!final) return 0;
     nv_tool_call c;
     int ok = parse_call(p, h, len, &c);
-    if (ok > 0 && add_call(calls, n_calls, &c) < 0) {
-        free(c.name);
-        free(c.arguments);
-        return -1;
-    }
+    if (ok > 0 && add_call(calls, n_calls, &c) < 0) return -1;
     if (ok < 0) return -1;
     if (ok) p->n_calls++;
     else nv_buf_append(content, h, len);
@@ -585,11 +582,7 @@ static int listed_calls(nv_tool_parser *p, const char *text, size_t n, nv_tool_c
     for (const cJSON *e = cJSON_IsArray(j) ? j->child : j; ok > 0 && e; e = e->next) {
         nv_tool_call c;
         ok = call_of_json(p, e, &c);
-        if (ok > 0 && add_call(calls, n_calls, &c) < 0) {
-            free(c.name);
-            free(c.arguments);
-            ok = -1;
-        }
+        if (ok > 0 && add_call(calls, n_calls, &c) < 0) ok = -1;
         made += ok > 0;
     }
     if (ok <= 0) take_back(*calls, n_calls, made);
@@ -610,7 +603,7 @@ static int args_calls(nv_tool_parser *p, const char *text, size_t n, nv_tool_cal
         cJSON *args = a && known_tool(p, s, (size_t)(a - s)) ? cJSON_ParseWithLengthOpts(j, (size_t)(end - j), &j_end, 0) : NULL;
         nv_tool_call c;
         ok = cJSON_IsObject(args) ? make_call(p->style, s, (size_t)(a - s), args, &c) : 0;
-        if (ok > 0 && add_call(calls, n_calls, &c) < 0) free(c.name), free(c.arguments), ok = -1;
+        if (ok > 0 && add_call(calls, n_calls, &c) < 0) ok = -1;
         made += ok > 0;
         cJSON_Delete(args);
         if (ok <= 0) break;
