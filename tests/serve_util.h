@@ -91,6 +91,22 @@ static inline int server_spawn(server *s, const char *name, const char *pre, con
     return 0;
 }
 
+/* A server of model and tokenizer tok running the Jinja template text (written to the test's file),
+ * with more flags (extra); its start line must hold note. 0 (a failed check) when it did not start. */
+static inline int template_server(server *s, const char *name, const char *model, const char *tok, const char *file, const char *text,
+                                  const char *extra, const char *note) {
+    char flags[4600];
+    snprintf(flags, sizeof flags, "--chat-template-file '%s' --jinja %s", t_write(file, text, strlen(text)), extra);
+    if (!server_spawn(s, name, NULL, NULL, model, tok, flags, 30)) {
+        T_CHECK(0, "the %s server did not start", name);
+        return 0;
+    }
+    char *log = read_log(s);
+    T_CHECK(log && strstr(log, note) != NULL, "%s: the start line: %s", name, log ? log : "");
+    free(log);
+    return 1;
+}
+
 /* SIGTERM, then waits up to wait_s for the exit; returns the exit code (-1 when it had to be killed). */
 static inline int server_stop_within(server *s, double wait_s) {
     if (!s->pid) return -1;

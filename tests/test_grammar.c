@@ -465,6 +465,25 @@ static void test_think(void) {
     T_CHECK(nv_glazy_step(&z, &gs, 16, "Sure <tool_call>\n{") == 1 && gs.m, "no think block");
     nv_gsampler_free(&gs);
     nv_glazy_free(&z);
+    /* Mistral's tags: "<think>" is then text like any other */
+    T_CHECK(nv_glazy_init(&z, g, "<tool_call>", 0) == NV_OK, "%s", nv_errmsg());
+    z.think = z.thk.tags = NV_THINK_BRACKET;
+    const char *bracket[] = {"[THINK]I could write <tool_call>\n{ ", "here</think>[/TH", "INK]"};
+    for (int i = 0; i < 3; i++) T_CHECK(nv_glazy_step(&z, &gs, 16, bracket[i]) == 0 && !gs.m, "inside the [THINK] block (%d)", i);
+    T_CHECK(nv_glazy_step(&z, &gs, 16, "<tool_call>\n{") == 1 && gs.m, "after it");
+    nv_gsampler_free(&gs);
+    nv_glazy_free(&z);
+    nv_grammar_unref(g);
+
+    /* the JSON after Mistral's [THINK]...[/THINK] (Magistral's) */
+    schema = cJSON_Parse("{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}},\"required\":[\"a\"]}");
+    T_CHECK(nv_schema_grammar_ex(schema, 0, NV_THINK_BRACKET, &g) == NV_OK, "%s", nv_errmsg());
+    cJSON_Delete(schema);
+    if (!g) return;
+    const char *good_b[] = {"{\"a\":1}", "[THINK]Let me see: <think></think> [/THINK [THINK]\n[/THINK]{\"a\":2}", "[THINK][/THINK]\n{\"a\":3}"};
+    for (size_t i = 0; i < sizeof good_b / sizeof good_b[0]; i++) T_CHECK(accepts(g, good_b[i]), "accepts %s", good_b[i]);
+    const char *bad_b[] = {"<think>x</think>{\"a\":1}", "[THINK]x", "[THINK]a[/THINK]b[/THINK]{\"a\":1}", "[THINK]x</think>{\"a\":1}"};
+    for (size_t i = 0; i < sizeof bad_b / sizeof bad_b[0]; i++) T_CHECK(!accepts(g, bad_b[i]), "refuses %s", bad_b[i]);
     nv_grammar_unref(g);
 }
 

@@ -1123,19 +1123,6 @@ static void test_tool_calls(void) {
 
 /* A server on model (--kv-memory 64M) running text, written to file, as its Jinja chat template,
  * whose start line says how it writes calls (note); 1 when it is up and says so. */
-static int template_server(server *s, const char *name, const char *model, const char *file, const char *text, const char *note) {
-    char flags[1024];
-    snprintf(flags, sizeof flags, "--kv-memory 64M --chat-template-file '%s' --jinja", t_write(file, text, strlen(text)));
-    if (!server_spawn(s, name, NULL, NULL, model, tok_path, flags, 30)) {
-        T_CHECK(0, "the %s server did not start", name);
-        return 0;
-    }
-    char *log = read_log(s);
-    T_CHECK(strstr(log, note) != NULL, "%s: the start line: %s", name, log);
-    free(log);
-    return 1;
-}
-
 /* Calls written as XML (Qwen3-Coder's form) by a template run as Jinja that writes them so: the
  * server reads that from the template, holds required calls to the form and the schemas (a string
  * as it is, an integer as its digits) and gives them back as OpenAI's calls, whole and streamed; a
@@ -1157,7 +1144,7 @@ static void test_xml_tool_calls(void) {
         "</function>\n</tool_call>{% endfor %}"
         "{% else %}{{ m.content }}{% endif %}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
     server s;
-    if (!template_server(&s, "tools-xml", model, "xml_tools.jinja", xml_template, "the calls written as XML")) return;
+    if (!template_server(&s, "tools-xml", model, tok_path, "xml_tools.jinja", xml_template, "--kv-memory 64M", "the calls written as XML")) return;
     const int calls = required_calls(s.port, weather_tools, 2, 0);
     T_CHECK(calls >= 3, "XML: only %d calls in 4 answers", calls);
     /* a conversation's call as the template writes it: its arguments an object, each in its block */
@@ -1194,7 +1181,8 @@ static void test_xml_tool_calls(void) {
         "{% elif m.tool_calls %}{% for tc in m.tool_calls %}[TOOL_CALLS]{{ tc.function.name }}[ARGS]{{ tc.function.arguments | tojson }}"
         "{% endfor %}</s>{% elif m.role == 'tool' %}[TOOL_RESULTS]{{ m.content }}[/TOOL_RESULTS]{% else %}{{ m.content }}</s>{% endif %}"
         "{% endfor %}";
-    if (!template_server(&s, "tools-args", model, "args_tools.jinja", args_template, "the calls written as [TOOL_CALLS]NAME[ARGS]{...}"))
+    if (!template_server(&s, "tools-args", model, tok_path, "args_tools.jinja", args_template, "--kv-memory 64M",
+                         "the calls written as [TOOL_CALLS]NAME[ARGS]{...}"))
         return;
     const int args_calls = required_calls(s.port, weather_tools, 2, 1);
     T_CHECK(args_calls >= 3, "[ARGS]: only %d calls in 4 answers", args_calls);

@@ -19,25 +19,31 @@ static void ids_text(const nv_tokenizer *tok, const int *ids, int n, nv_buf *out
 static int opened(const nv_tokenizer *tok, const char *text) {
     int *ids = NULL, n = 0;
     if (nv_tokenizer_encode(tok, text, 1, 0, &ids, &n) != NV_OK) return -1;
-    const int o = nv_think_opened(tok, ids, n);
+    const int o = nv_think_opened(tok, NV_THINK_ANGLE, ids, n);
     free(ids);
     return o;
 }
 
-static void test_think_unit(void) {
-    /* a block the prompt opened: the text is reasoning until it closes, in pieces cut anywhere */
-    static const char in[] = "step one\nstep two</think>\n\nThe answer.";
-    for (size_t cut = 0; cut <= sizeof in - 1; cut++) {
-        nv_think t = {.state = NV_THINK_IN};
+/* text fed to a tracker starting as start says, in two pieces cut at every place: the reasoning and
+ * the content it gives are want_why and want_said */
+static void split_everywhere(nv_think start, const char *text, const char *want_why, const char *want_said) {
+    const size_t n = strlen(text);
+    for (size_t cut = 0; cut <= n; cut++) {
+        nv_think t = start;
         nv_buf why = {0}, said = {0};
-        nv_think_feed(&t, in, cut, 0, &why, &said);
-        nv_think_feed(&t, in + cut, sizeof in - 1 - cut, 1, &why, &said);
-        T_CHECK(why.data && !strcmp(why.data, "step one\nstep two") && said.data && !strcmp(said.data, "The answer."), "cut at %zu: '%s' '%s'",
-                cut, why.data ? why.data : "", said.data ? said.data : "");
+        nv_think_feed(&t, text, cut, 0, &why, &said);
+        nv_think_feed(&t, text + cut, n - cut, 1, &why, &said);
+        T_CHECK(why.data && !strcmp(why.data, want_why) && said.data && !strcmp(said.data, want_said), "'%s' cut at %zu: '%s' '%s'", text, cut,
+                why.data ? why.data : "", said.data ? said.data : "");
         nv_think_free(&t);
         nv_buf_free(&why);
         nv_buf_free(&said);
     }
+}
+
+static void test_think_unit(void) {
+    /* a block the prompt opened: the text is reasoning until it closes, in pieces cut anywhere */
+    split_everywhere((nv_think){.state = NV_THINK_IN}, "step one\nstep two</think>\n\nThe answer.", "step one\nstep two", "The answer.");
     nv_think t = {.state = NV_THINK_IN}; /* followed only: nothing kept */
     nv_think_feed(&t, "a </thi", 7, 0, NULL, NULL);
     T_CHECK(t.state == NV_THINK_IN, "still inside");
@@ -45,8 +51,43 @@ static void test_think_unit(void) {
     T_CHECK(t.state == NV_THINK_PAST, "past it: %d", t.state);
     nv_think_free(&t);
 
+    /* Mistral's tags (Magistral's): "<think>" is then plain text */
+    split_everywhere((nv_think){.tags = NV_THINK_BRACKET}, "[THINK]a <think> b</think>[/THINK]\nThe [THINK] answer.", "a <think> b</think>",
+                     "The [THINK] answer.");
+    nv_think m = {.tags = NV_THINK_BRACKET};
+    nv_buf said = {0};
+    nv_think_feed(&m, "<think>x</think>y", 17, 1, NULL, &said);
+    T_CHECK(said.data && !strcmp(said.data, "<think>x</think>y") && m.state == NV_THINK_PAST, "no [THINK]: all content: '%s'",
+            said.data ? said.data : "");
+    nv_think_free(&m);
+    nv_buf_free(&said);
+    /* the tags a template's text shows */
+    int shown = -1;
+    T_CHECK(nv_think_tags_of_template("[INST]{{ m }}[/INST]{{ '[THINK]' + b.thinking + '[/THINK]' }}", &shown) == NV_THINK_BRACKET && shown == 1,
+            "Mistral's tags");
+    T_CHECK(nv_think_tags_of_template("{{ '<think>' }} [THINK]", &shown) == NV_THINK_ANGLE && shown == 1, "<think>, with one of Mistral's tags");
+    T_CHECK(nv_think_tags_of_template("[INST]{{ m }}[/INST]", &shown) == NV_THINK_ANGLE && shown == 0 &&
+                nv_think_tags_of_template(NULL, &shown) == NV_THINK_ANGLE && shown == 0,
+            "none shown");
+
     nv_tokenizer *tok = tok512();
     if (!tok) return;
+    {
+        int *ids = NULL, n = 0;
+        T_CHECK(nv_tokenizer_encode(tok, "[INST] Hi[/INST][THINK]\n", 1, 0, &ids, &n) == NV_OK && nv_think_opened(tok, NV_THINK_BRACKET, ids, n) == 1 &&
+                    nv_think_opened(tok, NV_THINK_ANGLE, ids, n) == 0,
+                "a prompt opening Mistral's block");
+        free(ids);
+        T_CHECK(nv_tokenizer_encode(tok, "[INST] Hi[/INST]<think>", 1, 0, &ids, &n) == NV_OK && nv_think_opened(tok, NV_THINK_BRACKET, ids, n) == 0,
+                "<think> does not open Mistral's");
+        free(ids);
+        nv_buf text = {0};
+        T_CHECK(nv_think_close_ids(tok, NV_THINK_BRACKET, NULL, &ids, &n) == NV_OK, "%s", nv_errmsg());
+        ids_text(tok, ids, n, &text);
+        T_CHECK(text.data && !strcmp(text.data, "[/THINK]"), "Mistral's forced close: '%s'", text.data ? text.data : "");
+        free(ids);
+        nv_buf_free(&text);
+    }
     T_CHECK(opened(tok, "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n") == 1, "a prompt opening the block");
     T_CHECK(opened(tok, "<think>") == 1 && opened(tok, "Once upon a time there was a girl who liked to think. <think> \n\n") == 1,
             "short and long prompts, white space after it");
@@ -56,12 +97,12 @@ static void test_think_unit(void) {
             "a closed block, text after it, no block");
     int *ids = NULL, n = 0;
     nv_buf text = {0};
-    T_CHECK(nv_think_close_ids(tok, NULL, &ids, &n) == NV_OK && n > 1, "%s", nv_errmsg());
+    T_CHECK(nv_think_close_ids(tok, NV_THINK_ANGLE, NULL, &ids, &n) == NV_OK && n > 1, "%s", nv_errmsg());
     ids_text(tok, ids, n, &text);
     T_CHECK(text.data && !strcmp(text.data, "\n</think>\n\n"), "the closing without a dummy space: '%s'", text.data ? text.data : "");
     free(ids);
     text.len = 0;
-    T_CHECK(nv_think_close_ids(tok, "Time is up.", &ids, &n) == NV_OK, "%s", nv_errmsg());
+    T_CHECK(nv_think_close_ids(tok, NV_THINK_ANGLE, "Time is up.", &ids, &n) == NV_OK, "%s", nv_errmsg());
     ids_text(tok, ids, n, &text);
     T_CHECK(text.data && strstr(text.data, "Time is up.\n</think>\n\n") && strlen(text.data) <= strlen(" Time is up.\n</think>\n\n"),
             "the message first: '%s'", text.data ? text.data : "");
@@ -150,18 +191,11 @@ static void test_think_serve(void) {
         if (tok) nv_tokenizer_free(tok);
         return;
     }
-    const char *file = t_write("think.jinja", THINK_TEMPLATE, strlen(THINK_TEMPLATE));
-    char args[4400];
-    snprintf(args, sizeof args, "--chat-template-file '%s' --jinja --kv-memory 16M --kv-disk-cache 0", file);
     server s;
-    if (!server_spawn(&s, "think_serve", NULL, NULL, m, z, args, 30)) {
-        T_CHECK(0, "the server did not start");
+    if (!template_server(&s, "think_serve", m, z, "think.jinja", THINK_TEMPLATE, "--kv-memory 16M --kv-disk-cache 0", "(reasoning to reasoning_content)")) {
         nv_tokenizer_free(tok);
         return;
     }
-    char *log = read_log(&s);
-    T_CHECK(log && strstr(log, "(reasoning to reasoning_content)"), "a template showing think blocks: answers read for them");
-    free(log);
     /* the template's variables */
     static const struct {
         const char *extra, *want;
@@ -282,17 +316,16 @@ static void test_think_serve(void) {
     T_CHECK(server_stop_within(&s, 20) == 0, "the server did not exit 0");
 
     /* the server's default budget and message; a request's -1 lifts it */
-    snprintf(args, sizeof args,
-             "--chat-template-file '%s' --jinja --kv-memory 16M --kv-disk-cache 0 --reasoning-budget 7 --reasoning-budget-message 'Time is up.' "
-             "--spec-tokens 4 --spec-lookup-min 1", file); /* (drafts change nothing: the same text as the first server's) */
-    if (!server_spawn(&s, "think_budget", NULL, NULL, m, z, args, 30)) {
-        T_CHECK(0, "the second server did not start");
+    if (!template_server(&s, "think_budget", m, z, "think.jinja", THINK_TEMPLATE,
+                         "--kv-memory 16M --kv-disk-cache 0 --reasoning-budget 7 --reasoning-budget-message 'Time is up.' "
+                         "--spec-tokens 4 --spec-lookup-min 1", /* (drafts change nothing: the same text as the first server's) */
+                         "(reasoning to reasoning_content)")) {
         nv_tokenizer_free(tok);
         return;
     }
     int *ids = NULL, n = 0;
     nv_buf close = {0};
-    T_CHECK(nv_think_close_ids(tok, "Time is up.", &ids, &n) == NV_OK, "%s", nv_errmsg());
+    T_CHECK(nv_think_close_ids(tok, NV_THINK_ANGLE, "Time is up.", &ids, &n) == NV_OK, "%s", nv_errmsg());
     ids_text(tok, ids, n, &close);
     free(ids);
     const char *nl = close.data ? strstr(close.data, "</think>") : NULL;
@@ -305,8 +338,58 @@ static void test_think_serve(void) {
     nv_tokenizer_free(tok);
 }
 
+/* Mistral's form (Magistral's, Ministral 3 Reasoning's): earlier reasoning as thinking chunks, and
+ * here a generation prompt that opens the block, so the model's answer is read from inside it */
+static const char *const MISTRAL_THINK_TEMPLATE =
+    "{%- for m in messages %}{% if m.role == 'user' %}[INST]{{ m.content }}[/INST]{% elif m.role == 'assistant' %}"
+    "{% if m.content is string %}{{ m.content }}{% else %}{% for b in m.content %}"
+    "{% if b.type == 'thinking' %}{{ '[THINK]' + b.thinking + '[/THINK]' }}{% else %}{{ b.text }}{% endif %}{% endfor %}{% endif %}"
+    "{% if m.reasoning_content is defined %}(reasoning_content){% endif %}\n{% endif %}{% endfor %}"
+    "{%- if add_generation_prompt %}[THINK]{% endif %}";
+
+static void test_think_mistral(void) {
+    const char *m = t_data("models/stories260K.bin"), *z = t_data("models/tok512.bin");
+    if (!m || !z) return;
+    server s;
+    if (!template_server(&s, "think_mistral", m, z, "think_mistral.jinja", MISTRAL_THINK_TEMPLATE, "--kv-memory 16M --kv-disk-cache 0",
+                         "(reasoning in [THINK] blocks to reasoning_content)"))
+        return;
+    /* an earlier answer's reasoning reaches the template as a thinking chunk before its text */
+    int status;
+    cJSON *j = post_json_status(s.port, "/apply-template",
+                                "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}, {\"role\": \"assistant\", \"content\": \"Hello.\", "
+                                "\"reasoning_content\": \"greet back\"}, {\"role\": \"user\", \"content\": \"Bye\"}]}",
+                                &status);
+    const char *p = cJSON_GetStringValue(cJSON_GetObjectItem(j, "prompt"));
+    T_CHECK(status == 200 && p && !strcmp(p, "[INST]Hi[/INST][THINK]greet back[/THINK]Hello.[INST]Bye[/INST][THINK]"), "the history: '%s'",
+            p ? p : "");
+    cJSON_Delete(j);
+    answer plain, whole, a, b, st;
+    T_CHECK(chat(s.port, "\"reasoning_format\": \"none\", \"logprobs\": true", 0, &plain) && plain.n_toks == 40 && !strstr(plain.content, "[/THINK]"),
+            "%d tokens: '%s' %s", plain.n_toks, plain.content, plain.error);
+    T_CHECK(chat(s.port, "", 0, &whole) && !strcmp(whole.reasoning, plain.content) && !*whole.content, "all reasoning: '%s' / '%s'", whole.reasoning,
+            whole.content);
+    /* a budget of 5: those 5 tokens, then Mistral's close forced (no line breaks around it) */
+    char want[2048], first[1024];
+    snprintf(want, sizeof want, "%s[/THINK]", first_tokens(&plain, 5, first, sizeof first));
+    T_CHECK(chat(s.port, "\"reasoning_format\": \"none\", \"thinking_token_budget\": 5", 0, &a) && !strncmp(a.content, want, strlen(want)) &&
+                strlen(a.content) > strlen(want),
+            "budget 5 as written: '%s', not '%s...'", a.content, want);
+    T_CHECK(chat(s.port, "\"thinking_token_budget\": 5", 0, &b) && !strcmp(b.reasoning, first) && !strcmp(b.content, a.content + strlen(want)),
+            "budget 5 read: '%s' / '%s'", b.reasoning, b.content);
+    T_CHECK(chat(s.port, "\"thinking_token_budget\": 5", 1, &st) && !strcmp(st.reasoning, b.reasoning) && !strcmp(st.content, b.content),
+            "streamed the same: '%s' / '%s'", st.reasoning, st.content);
+    /* a grammar starts inside the block the prompt opened, and takes the forced close */
+    T_CHECK(chat(s.port, "\"thinking_token_budget\": 3, \"response_format\": {\"type\": \"json_object\"}", 0, &a) &&
+                !strcmp(a.reasoning, first_tokens(&plain, 3, first, sizeof first)) && a.content[strspn(a.content, " \n")] == '{' &&
+                !strstr(a.content, "THINK"),
+            "json_object after the block: '%s' / '%s' (not '%s')", a.reasoning, a.content, first);
+    T_CHECK(server_stop_within(&s, 20) == 0, "the server did not exit 0");
+}
+
 int main(void) {
     T_RUN(test_think_unit);
     T_RUN(test_think_serve);
+    T_RUN(test_think_mistral);
     return t_done();
 }

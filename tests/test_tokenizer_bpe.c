@@ -320,6 +320,23 @@ static void test_gpt4o_split(void) {
     nv_tokenizer_free(l4);
 }
 
+/* Mistral's Tekken split (llama.cpp's "tekken"; Mistral NeMo's and later tokenizer.json pattern):
+ * GPT-4o's word split ("aCat": "a" "Cat"), every digit a piece ("1212": no "12"), whole-word tokens
+ * taken (ignore_merges, as llama.cpp runs it), BOS asked for unless the file says otherwise. */
+static void test_tekken_split(void) {
+    nv_tokenizer *t = load_vocab(&(vocab_opts){"tekken", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0});
+    if (!t) return;
+    EXPECT(t, "aCat", 0, 'a', 'C', id_of(t, "at"));
+    EXPECT(t, "1212", 0, '1', '2', '1', '2');
+    EXPECT(t, " there", 0, ID_THERE);
+    EXPECT(t, "!\n\n", 0, '!', id_of(t, "\n\n"));
+    EXPECT(t, "at", 1, ID_ENDOFTEXT, id_of(t, "at"));
+    T_CHECK(!strcmp(nv_bpe_pre_of_regex(nv_bpe_regex_of_pre("tekken")), "tekken") && nv_bpe_pre_ignores_merges("tekken") &&
+                nv_bpe_regex_of_pre("tekken") != nv_bpe_regex_of_pre("gpt-4o"),
+            "the pattern and its name");
+    nv_tokenizer_free(t);
+}
+
 /* Written out (vocab-only GGUF) and read back: the same pieces, ids, special ids and encodings. */
 static void test_write_read_back(void) {
     for (int v = 0; v < 2; v++) {
@@ -693,6 +710,7 @@ int main(void) {
     T_RUN(test_gpt2_default);
     T_RUN(test_smollm_digits);
     T_RUN(test_gpt4o_split);
+    T_RUN(test_tekken_split);
     T_RUN(test_write_read_back);
     T_RUN(test_chat_turn_boundary);
     T_RUN(test_chat_history);

@@ -162,6 +162,7 @@ int cmd_chat(int argc, char **argv) {
     if (system_text && system_file) return cli_error(CMD, 2, "--system and --system-file both give the system message: one or the other");
     nv_chat_template tmpl = NV_CHAT_PLAIN;
     nv_jinja *jinja = NULL; /* the template run as Jinja (cli_chat_template) */
+    char *jinja_text = NULL;
     const int trc = cli_template_flags(CMD, template_name, template_file, &tmpl);
     if (trc) return trc;
     if (seed == 0) seed = (uint64_t)time(NULL);
@@ -201,7 +202,10 @@ int cmd_chat(int argc, char **argv) {
         goto done;
     }
     nv_model_drop_quant_sources(&model);
-    if (cli_chat_template(CMD, model_path, template_name, template_file, run_jinja, &tmpl, &jinja, NULL)) goto done;
+    if (cli_chat_template(CMD, model_path, template_name, template_file, run_jinja, &tmpl, &jinja, &jinja_text)) goto done;
+    /* Mistral's think tags are control tokens, which decoding leaves out unless shown */
+    const int think_tags = nv_think_tags_of_template(jinja_text, NULL);
+    if (think_tags == NV_THINK_BRACKET) nv_tokenizer_show(tok, "[THINK]"), nv_tokenizer_show(tok, "[/THINK]");
     if (system_text && history_push(&h, "system", system_text, strlen(system_text))) goto oom;
     const char *stop = nv_chat_template_stop(tmpl);
     const int tty = !one && isatty(STDIN_FILENO);
@@ -278,7 +282,8 @@ int cmd_chat(int argc, char **argv) {
         }
         n_fed = pos;
         int token = ids[n_ids - 1], produced = 0;
-        if (nv_think_opened(tok, ids, n_ids)) fputs("<think>\n", stdout); /* the prompt opened the answer's think block: shown as it is */
+        if (nv_think_opened(tok, think_tags, ids, n_ids)) /* the prompt opened the answer's think block: shown as it is */
+            printf("%s\n", nv_think_tags_of(think_tags)->open);
         free(ids);
         size_t shown = 0; /* answer bytes printed; the rest may be the start of the stop string */
         answer.len = 0;
@@ -339,6 +344,7 @@ done:
     nv_sampler_free(&sampler);
     if (tok) nv_tokenizer_free(tok);
     nv_jinja_free(jinja);
+    free(jinja_text);
     nv_model_free(&model);
     return rc;
 }

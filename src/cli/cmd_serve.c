@@ -117,7 +117,8 @@ static void usage(FILE *f) {
             "                       message '<Instruct>: I\\n<Query>: Q\\n<Document>: D', thinking off)\n"
             "  --rerank-instruction TEXT\n"
             "                       what {instruction} says (default: Qwen3-Reranker's web search instruction)\n"
-            "  --reasoning-format F auto, none or deepseek: a chat answer's leading <think>...</think> (Qwen3, DeepSeek-R1)\n"
+            "  --reasoning-format F auto, none or deepseek: a chat answer's leading <think>...</think> (Qwen3, DeepSeek-R1;\n"
+            "                       [THINK]...[/THINK] where the template writes Mistral's tags: Magistral)\n"
             "                       goes to message.reasoning_content (delta.reasoning_content streamed); a prompt\n"
             "                       that opens the block starts the answer in it; auto (default): deepseek when the\n"
             "                       chat template shows think blocks, else none; a request's reasoning_format overrides\n"
@@ -556,10 +557,13 @@ int cli_serve_run(int argc, char **argv, const cli_serve_job *job) {
     /* auto: a template that shows think blocks is a reasoning model's (DeepSeek-R1's, Qwen3's), its answers
        read so; not nerve's own forms (its ChatML shows Qwen3's switch, and a run trained on it does not think) */
     nv_chat_template own_form;
+    int shows_think = 0;
+    const int think_tags = nv_think_tags_of_template(jinja_text, &shows_think);
     if (reasoning < 0)
-        reasoning = tmpl == NV_CHAT_DEEPSEEK || (jinja_text && strstr(jinja_text, "<think>") &&
-                                                 !nv_chat_template_of_jinja(jinja_text, strlen(jinja_text), &own_form));
-    if (nv_think_close_ids(tok, budget_message, &think_close, &n_think_close) != NV_OK) {
+        reasoning = tmpl == NV_CHAT_DEEPSEEK || (shows_think && !nv_chat_template_of_jinja(jinja_text, strlen(jinja_text), &own_form));
+    /* Mistral's tags are control tokens: their text must reach the reader, as llama.cpp's preserved tokens */
+    if (think_tags == NV_THINK_BRACKET) nv_tokenizer_show(tok, "[THINK]"), nv_tokenizer_show(tok, "[/THINK]");
+    if (nv_think_close_ids(tok, think_tags, budget_message, &think_close, &n_think_close) != NV_OK) {
         cli_error(CMD, 1, "%s", nv_errmsg());
         goto done;
     }
@@ -643,6 +647,7 @@ int cli_serve_run(int argc, char **argv, const cli_serve_job *job) {
                       .tmpl = tmpl,
                       .jinja = jinja,
                       .jinja_tools = jinja_tools,
+                      .think_tags = think_tags,
                       .reasoning = reasoning,
                       .think_budget = think_budget,
                       .think_close = think_close,
@@ -781,7 +786,7 @@ int cli_serve_run(int argc, char **argv, const cli_serve_job *job) {
             "nerve %s: %s %s://%s:%d (model %s%s, engine %s, chat template %s%s, KV %s %d blocks x %d tokens = "
             "%.1f MiB, max batch %d, prefill chunk %d%s%s%s%s%s)%s\n",
             CMD, job ? "its requests to a server on" : "listening on", key_pem ? "https" : "http", shown, nv_http_port(http), model_id, adapters_line, ho.engine, tmpl_shown,
-            reasoning ? " (reasoning to reasoning_content)" : "",
+            !reasoning ? "" : think_tags == NV_THINK_BRACKET ? " (reasoning in [THINK] blocks to reasoning_content)" : " (reasoning to reasoning_content)",
             nv_kv_dtype_name(sched.pool.pages.dtype), sched.pool.n_blocks,
             sched.pool.block_size, (double)sched.pool.n_blocks * (double)sched.pool.block_bytes / 1048576.0, max_batch,
             prefill_chunk, tuned_line, cache_line, spec_line, files_line, n_api_keys && !job ? ", API key required" : "",

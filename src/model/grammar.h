@@ -157,7 +157,7 @@ typedef struct {
     nv_grammar *g;
     char *trigger;
     int at_start, seen;
-    int think;     /* set after init: a leading <think>...</think> block is text the trigger is not looked for in */
+    int think;     /* set after init: a leading think block (thk.tags') is text the trigger is not looked for in */
     nv_think thk;  /* with it, that block followed (its state NV_THINK_IN: the prompt opened it) */
     nv_buf tail; /* the text since the grammar was last on, as far as it may hold the trigger */
 } nv_glazy;

@@ -1041,7 +1041,7 @@ static nv_err byte_level_pre(const char *path, const cJSON *pt, char *pre, size_
     else if (byte_level && re && !bl_regex && !digits) name = nv_bpe_pre_of_regex(re);
     if (!name) {
         char shown[128];
-        return nv_fail(NV_EUNSUPPORTED, "%s: the pre-tokenizer's split %s is not one this project knows (Llama 3's, Qwen2's, GPT-2's, SmolLM's)",
+        return nv_fail(NV_EUNSUPPORTED, "%s: the pre-tokenizer's split %s is not one this project knows (Llama 3's, Qwen2's, GPT-2's, SmolLM's, GPT-4o's, Tekken's)",
                        path, re ? nv_gguf_shown(re, strlen(re), shown, sizeof shown) : "(none)");
     }
     snprintf(pre, cap, "%s", name);
@@ -1185,7 +1185,7 @@ static nv_err vocab_read(const char *path, nv_hf_vocab *v) {
         err = byte_level_norm(path, field(root, "normalizer"), &v->nfc);
         if (err == NV_OK) err = byte_level_pre(path, field(root, "pre_tokenizer"), b->pre, sizeof b->pre);
         /* Llama 3's split with the merges applied to whole pieces too: llama.cpp's name for it (OLMo 2's) */
-        if (err == NV_OK && nv_bpe_pre_ignores_merges(b->pre) && cJSON_IsFalse(field(model, "ignore_merges")))
+        if (err == NV_OK && nv_bpe_pre_ignores_merges(b->pre) && strcmp(b->pre, "tekken") && cJSON_IsFalse(field(model, "ignore_merges")))
             snprintf(b->pre, sizeof b->pre, "dbrx");
     } else if (err == NV_OK) {
         /* SentencePiece-style: this project's encoder merges by score, so the merge of rank r

@@ -1,6 +1,7 @@
-/* A reasoning model's think block ("<think>...</think>" at the start of an answer), followed as
- * the answer's text comes: what the server splits into reasoning and content, what a lazy
- * grammar's trigger is not looked for in, and what a reasoning budget counts.
+/* A reasoning model's think block ("<think>...</think>" at the start of an answer, or Mistral's
+ * "[THINK]...[/THINK]": Magistral's, Ministral 3 Reasoning's), followed as the answer's text comes:
+ * what the server splits into reasoning and content, what a lazy grammar's trigger is not looked
+ * for in, and what a reasoning budget counts.
  *
  * Contract:
  * - nv_think_feed() takes the text in pieces the way llama.cpp's --reasoning-format deepseek
@@ -22,19 +23,33 @@
 
 enum { NV_THINK_UNDECIDED = 0, NV_THINK_IN, NV_THINK_PAST, NV_THINK_PAST_NL /* past it, newlines still dropped */ };
 
+/* The tags a model writes its block in ("tags" arguments below; 0 reads as NV_THINK_ANGLE, so a zeroed
+ * tracker follows "<think>"). Where a flag "think" elsewhere says a block may come, its value is these. */
+enum { NV_THINK_ANGLE = 1 /* <think>...</think> */, NV_THINK_BRACKET /* [THINK]...[/THINK], control tokens in Mistral's vocabularies */ };
+typedef struct {
+    const char *open, *close;
+    const char *forced; /* what a spent budget forces: the close as the model would write it */
+} nv_think_tags;
+const nv_think_tags *nv_think_tags_of(int tags);
+/* The tags a chat template's text shows (Mistral's where it writes both of theirs, else "<think>"'s),
+ * and whether it shows any (*shown; NULL: not wanted). */
+int nv_think_tags_of_template(const char *text, int *shown);
+
 typedef struct {
     int state; /* NV_THINK_* */
+    int tags;  /* NV_THINK_ANGLE (or 0) or NV_THINK_BRACKET */
     nv_buf hold;
 } nv_think;
 
 void nv_think_feed(nv_think *t, const char *s, size_t n, int final, nv_buf *reasoning, nv_buf *content);
 void nv_think_free(nv_think *t);
-/* 1 when the text of the prompt's last tokens ends (white space aside) with "<think>". */
-int nv_think_opened(const nv_tokenizer *tok, const int *ids, int n);
-/* The tokens that close a think block whose budget is spent: message (NULL: none), then
- * "\n</think>\n\n" (llama.cpp's --reasoning-budget-message; the tag a vocabulary's own token where it
- * has one), without the space a SentencePiece vocabulary puts before a text. *ids is the caller's. */
-nv_err nv_think_close_ids(const nv_tokenizer *tok, const char *message, int **ids, int *n);
+/* 1 when the text of the prompt's last tokens ends (white space aside) with the open tag. */
+int nv_think_opened(const nv_tokenizer *tok, int tags, const int *ids, int n);
+/* The tokens that close a think block whose budget is spent: message (NULL: none), then the tags'
+ * forced close ("\n</think>\n\n", "[/THINK]"; llama.cpp's --reasoning-budget-message; the tag a
+ * vocabulary's own token where it has one), without the space a SentencePiece vocabulary puts before
+ * a text. *ids is the caller's. */
+nv_err nv_think_close_ids(const nv_tokenizer *tok, int tags, const char *message, int **ids, int *n);
 /* The length of the longest end of s[0..n) that starts tag without being all of it (what a
  * stream holds back while a tag may be coming). */
 size_t nv_partial_tag(const char *s, size_t n, const char *tag);

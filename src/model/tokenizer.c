@@ -61,7 +61,7 @@ struct nv_tokenizer {
     int no_space_prefix;   /* a GGUF vocabulary's add_space_prefix false: no SentencePiece dummy prefix */
     int special_at[257];   /* special[special_at[b] .. special_at[b+1]) start with byte b */
     pcre2_code *re;        /* the pre-tokenizer's split */
-    int shown[4], n_shown; /* control tokens decoding prints as their text (nv_tokenizer_show) */
+    int shown[8], n_shown; /* control tokens decoding prints as their text (nv_tokenizer_show) */
 };
 
 /* FNV-1a, continued across calls so a pair can be hashed without concatenating it. */
@@ -265,6 +265,12 @@ static const char RE_GPT4O[] = "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{
                                "|[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
                                "|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 
+/* Mistral's Tekken (Mistral NeMo, Small 3, Magistral, Devstral, Ministral): GPT-4o's split without
+ * the contractions, and every digit a piece. */
+static const char RE_TEKKEN[] = "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+"
+                                "|[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*"
+                                "|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+
 static int name_in(const char *name, const char *const *list) {
     for (; *list; list++)
         if (!strcmp(name, *list)) return 1;
@@ -274,7 +280,8 @@ static int name_in(const char *name, const char *const *list) {
 /* The split regexes by llama.cpp's pre-tokenizer names, for tokenizer.json's Split pattern. */
 static const struct {
     const char *pre, *re;
-} pre_regex[] = {{"llama-bpe", RE_LLAMA3}, {"qwen2", RE_QWEN2}, {"gpt-2", RE_GPT2}, {"smollm", RE_SMOLLM}, {"gpt-4o", RE_GPT4O}};
+} pre_regex[] = {{"llama-bpe", RE_LLAMA3}, {"qwen2", RE_QWEN2}, {"gpt-2", RE_GPT2}, {"smollm", RE_SMOLLM}, {"gpt-4o", RE_GPT4O},
+                 {"tekken", RE_TEKKEN}};
 
 const char *nv_bpe_pre_of_regex(const char *re) {
     for (size_t i = 0; i < sizeof pre_regex / sizeof pre_regex[0]; i++)
@@ -285,7 +292,8 @@ const char *nv_bpe_pre_of_regex(const char *re) {
 /* Llama 3's split, whose pieces that are tokens are taken whole (its BPE ignores the merges) */
 static const char *const llama3[] = {"llama3", "llama-v3", "llama-bpe", "falcon3", NULL};
 
-int nv_bpe_pre_ignores_merges(const char *pre) { return name_in(pre, llama3); }
+/* (Tekken's pieces too, as llama.cpp takes them: tiktoken's vocabulary) */
+int nv_bpe_pre_ignores_merges(const char *pre) { return name_in(pre, llama3) || !strcmp(pre, "tekken"); }
 
 const char *nv_bpe_regex_of_pre(const char *pre) {
     /* Llama 3's split (cl100k's) with merges applied to every piece: DBRX's and OLMo 2's vocabularies */
@@ -294,10 +302,11 @@ const char *nv_bpe_regex_of_pre(const char *pre) {
     static const char *const smollm[] = {"smollm", "starcoder", "refact", NULL}; /* refact: Granite 3's */
     static const char *const gpt4o[] = {"gpt-4o", "llama4", NULL};
     return name_in(pre, llama3) || name_in(pre, cl100k) ? RE_LLAMA3
-           : name_in(pre, qwen2)  ? RE_QWEN2
-           : name_in(pre, smollm) ? RE_SMOLLM
-           : name_in(pre, gpt4o)  ? RE_GPT4O
-                                  : RE_GPT2;
+           : name_in(pre, qwen2)       ? RE_QWEN2
+           : name_in(pre, smollm)      ? RE_SMOLLM
+           : name_in(pre, gpt4o)       ? RE_GPT4O
+           : !strcmp(pre, "tekken")    ? RE_TEKKEN
+                                       : RE_GPT2;
 }
 
 /* GPT-2's printable stand-in for each byte: printable Latin-1 bytes stand for themselves, the
@@ -405,7 +414,7 @@ static nv_err tok_build_bpe(const char *path, const nv_gguf_bpe *v, int vocab_si
                     "model's own tokenizer (older Llama 3 files: convert them again)", path, v->pre[0] ? "default" : "");
     } else if (re == RE_GPT2) {
         char shown[128];
-        return nv_fail(NV_EUNSUPPORTED, "%s: pre-tokenizer '%s' is not supported (llama3/llama-bpe, dbrx, qwen2, smollm, gpt-4o, gpt-2)", path,
+        return nv_fail(NV_EUNSUPPORTED, "%s: pre-tokenizer '%s' is not supported (llama3/llama-bpe, dbrx, qwen2, smollm, gpt-4o, tekken, gpt-2)", path,
                        nv_gguf_shown(v->pre, strlen(v->pre), shown, sizeof shown));
     }
     if (vocab_size > v->n_tokens)

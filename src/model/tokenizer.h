@@ -99,7 +99,7 @@ int nv_byte_piece(const char *p, size_t len);
 /* Makes decoding print the control token whose text is `text` as that text (llama.cpp's
  * preserved tokens): Granite answers a tool call with its <|tool_call|> token, which the server
  * must see. Call it before the tokenizer is shared (the only exception to immutability); at
- * most four. Returns the token's id, or -1 when the vocabulary has no such control token (or it
+ * most eight. Returns the token's id, or -1 when the vocabulary has no such control token (or it
  * is BOS or an end of generation, which never print). */
 int nv_tokenizer_show(nv_tokenizer *t, const char *text);
 /* The piece's score; 0 if id is out of range. */

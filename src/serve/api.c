@@ -986,6 +986,8 @@ static int parse_reasoning(const nv_api_ctx *ctx, const cJSON *root, nv_api_requ
         }
         if (strcmp(f, "auto")) out->reasoning = !strcmp(f, "deepseek");
     }
+    out->req.think_tags = ctx->think_tags ? ctx->think_tags : NV_THINK_ANGLE;
+    if (out->reasoning) out->reasoning = out->req.think_tags;
     static const char *const names[] = {"thinking_token_budget", "thinking_budget_tokens"};
     long long budget = ctx->think_budget;
     for (int k = 0, given, rc, seen = 0; k < 2; k++) {
@@ -1025,7 +1027,8 @@ static int reasoning_effort(const nv_api_ctx *ctx, const cJSON *root, const char
  * continue_final_message (the last message, an assistant's answer begun, is continued). A request
  * whose answer is read for reasoning (rq: its reasoning and budget) has thinking off (enable_thinking
  * false) where the effort is "none" or "minimal" or the budget is 0, unless the kwargs'
- * enable_thinking says otherwise. */
+ * enable_thinking says otherwise. Earlier reasoning reaches a template with Mistral's tags as
+ * thinking chunks. */
 static int chat_opts(const nv_api_ctx *ctx, const cJSON *root, const nv_api_messages *msgs, const nv_api_request *rq, nv_chat_opts *o,
                      nv_api_error *err) {
     const cJSON *kw = nv_api_field(root, "chat_template_kwargs");
@@ -1053,6 +1056,7 @@ static int chat_opts(const nv_api_ctx *ctx, const cJSON *root, const nv_api_mess
     o->continue_final = cont;
     o->no_gen_prompt = !gen;
     o->kwargs = kw;
+    o->think_chunks = ctx->think_tags == NV_THINK_BRACKET;
     return 0;
 }
 
@@ -1074,7 +1078,7 @@ static int parse_messages(const nv_api_ctx *ctx, const cJSON *root, nv_api_reque
         rc = err->status;
     }
     /* a generation prompt that opens the think block (DeepSeek-R1's later templates): the answer starts in it */
-    if (!rc) out->req.think_open = nv_think_opened(ctx->tok, out->prompt_ids, out->req.n_prompt);
+    if (!rc) out->req.think_open = nv_think_opened(ctx->tok, ctx->think_tags, out->prompt_ids, out->req.n_prompt);
     nv_api_messages_free(&msgs);
     return rc;
 }
@@ -1253,7 +1257,7 @@ static int structured_outputs(const cJSON *so, int think, nv_grammar **g, nv_api
  * ("json_schema": SCHEMA) or vLLM's ("guided_json": SCHEMA or its JSON text) take it; or one of
  * text_fields. */
 static int parse_response_format(int chat, const cJSON *root, nv_api_request *out, nv_api_error *err) {
-    const int think = chat && out->reasoning; /* --reasoning-format: the answer follows the think block */
+    const int think = chat ? out->reasoning : 0; /* --reasoning-format: the answer follows the think block (in its tags) */
     const cJSON *rf = nv_api_field(root, "response_format"), *llama = nv_api_field(root, "json_schema"), *vllm = nv_api_field(root, "guided_json");
     const char *rf_type = cJSON_GetStringValue(cJSON_IsObject(rf) ? cJSON_GetObjectItemCaseSensitive(rf, "type") : NULL);
     const char *given[8];

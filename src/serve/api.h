@@ -42,9 +42,10 @@ typedef struct {
     nv_chat_template tmpl;
     int seq_len, vocab_size;
     long capacity; /* positions one request can reserve */
-    int reasoning; /* --reasoning-format deepseek: a chat answer's <think>...</think> goes to reasoning_content */
+    int think_tags; /* the tags the model's think blocks are in (NV_THINK_ANGLE, or 0, NV_THINK_BRACKET: Mistral's) */
+    int reasoning; /* --reasoning-format deepseek: a chat answer's think block goes to reasoning_content */
     int think_budget; /* --reasoning-budget: the tokens a chat answer's think block may spend (-1: no limit) */
-    const int *think_close; /* the tokens forced when they are spent (--reasoning-budget-message, then "\n</think>\n\n") */
+    const int *think_close; /* the tokens forced when they are spent (--reasoning-budget-message, then the tags' close) */
     int n_think_close;
     const char *reasoning_effort; /* --reasoning-effort: the templates' reasoning_effort where a request gives none (NULL: none) */
     int priority_sched; /* --scheduling-policy priority: requests' priority orders the queue (else a non-zero one is a 400) */
@@ -71,7 +72,9 @@ void nv_api_tools_free(nv_api_tools *t);
 
 typedef struct {
     int chat, stream, include_usage, echo;
-    int reasoning; /* chat: the answer's leading think block goes to reasoning_content (req.think_open: the prompt opened it) */
+    /* chat: the answer's leading think block goes to reasoning_content (req.think_open: the prompt opened
+       it); 0, or its tags (ctx's think_tags, never 0), what grammars and answers are read with */
+    int reasoning;
     int lp_ids;    /* vLLM's return_tokens_as_token_ids */
     int no_think;  /* chat: the prompt was rendered with thinking off (nv_chat_opts') */
     const char *effort; /* chat: its reasoning effort (a static level name, nv_api_effort_level's), or NULL */

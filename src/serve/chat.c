@@ -637,11 +637,25 @@ static cJSON *jinja_vars(const nv_tokenizer *tok, const nv_chat_msg *m, int n, c
         cJSON *x = cJSON_CreateObject();
         cJSON_AddItemToArray(msgs, x);
         cJSON_AddStringToObject(x, "role", is_system(m[i].role) ? "system" : is_tool(m[i].role) ? "tool" : m[i].role);
-        if (!m[i].content || (!*m[i].content && m[i].n_calls && !m[i].text_given)) cJSON_AddNullToObject(x, "content"); /* a call's none, as clients send it */
-        else cJSON_AddStringToObject(x, "content", m[i].content);
+        const int none = !m[i].content || (!*m[i].content && m[i].n_calls && !m[i].text_given); /* a call's none, as clients send it */
+        if (m[i].reasoning && o->think_chunks) { /* the reasoning as a thinking chunk, then the text's own, as llama.cpp gives them */
+            cJSON *chunks = cJSON_AddArrayToObject(x, "content"), *think = cJSON_CreateObject();
+            cJSON_AddItemToArray(chunks, think);
+            cJSON_AddStringToObject(think, "type", "thinking");
+            cJSON_AddStringToObject(think, "thinking", m[i].reasoning);
+            if (!none) {
+                cJSON *text = cJSON_CreateObject();
+                cJSON_AddItemToArray(chunks, text);
+                cJSON_AddStringToObject(text, "type", "text");
+                cJSON_AddStringToObject(text, "text", m[i].content);
+            }
+        } else if (none)
+            cJSON_AddNullToObject(x, "content");
+        else
+            cJSON_AddStringToObject(x, "content", m[i].content);
         if (m[i].tool_call_id) cJSON_AddStringToObject(x, "tool_call_id", m[i].tool_call_id);
         if (m[i].name) cJSON_AddStringToObject(x, "name", m[i].name);
-        if (m[i].reasoning) cJSON_AddStringToObject(x, "reasoning_content", m[i].reasoning);
+        if (m[i].reasoning && !o->think_chunks) cJSON_AddStringToObject(x, "reasoning_content", m[i].reasoning);
         if (!m[i].n_calls) continue;
         cJSON *calls = cJSON_AddArrayToObject(x, "tool_calls");
         for (int k = 0; k < m[i].n_calls; k++) {

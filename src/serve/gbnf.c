@@ -309,7 +309,7 @@ nv_err nv_gbnf_grammar(const char *text, int think, nv_grammar **out) {
     }
     if (think) {
         nv_gbody body = {0};
-        nv_gbody_ref(&body, nv_think_block_rule(g.b));
+        nv_gbody_ref(&body, nv_think_block_rule(g.b, think));
         nv_gbody_ref(&body, root);
         root = nv_gbuild_add(g.b, &body);
     }

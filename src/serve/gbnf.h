@@ -20,7 +20,8 @@
 
 #include "model/grammar.h"
 
-/* think: a reasoning model's "<think>...</think>" block may come first (nv_think_block_rule). */
+/* think (0, or the tags: NV_THINK_ANGLE, NV_THINK_BRACKET): a reasoning model's "<think>...</think>"
+ * block may come first (nv_think_block_rule). */
 nv_err nv_gbnf_grammar(const char *text, int think, nv_grammar **out);
 
 #endif

@@ -417,9 +417,10 @@ static int route_is_post(route_id r) {
 
 /* ---- streams ------------------------------------------------------------------------------- */
 
-/* (reasoning: the request's own, nv_api_request.reasoning; think_open: its prompt opened the block) */
+/* (reasoning: the request's own, nv_api_request.reasoning, 0 or the block's tags; think_open: its
+   prompt opened the block) */
 static answer_split split_init(int reasoning, int think_open, const nv_api_tools *t) {
-    answer_split a = {.reasoning = reasoning, .tools = t != NULL};
+    answer_split a = {.reasoning = reasoning, .tools = t != NULL, .think.tags = reasoning};
     if (think_open) a.think.state = NV_THINK_IN;
     if (t) a.tp = (nv_tool_parser){.style = t->style, .names = (const char *const *)t->names, .n_names = t->n, .tools = t->tools};
     return a;
@@ -776,7 +777,7 @@ static enum MHD_Result generate(nv_http *h, struct MHD_Connection *c, conn_ctx *
         st->per = per;
         st->tools = ar.tools; /* the stream reads calls after the request is gone */
         ar.tools = NULL;
-        for (int i = 0; i < n; i++) st->split[i] = split_init(chat && ar.reasoning, ar.req.think_open, st->tools);
+        for (int i = 0; i < n; i++) st->split[i] = split_init(chat ? ar.reasoning : 0, ar.req.think_open, st->tools);
         st->pm = pm; /* Anthropic's message_start once the prompt is in (stream_poll): its usage is then whole */
         if (proto == P_RESPONSES) nv_resp_stream_start(&st->resp, &st->pm.resp, &st->out);
         for (int i = 0; i < n && st->pm.proto == P_OPENAI; i++) {
@@ -819,7 +820,7 @@ static enum MHD_Result generate(nv_http *h, struct MHD_Connection *c, conn_ctx *
     }
     release_all(h, r, n, 0);
     nv_api_tools *tools = ar.tools; /* read the answers for calls after the request is gone */
-    const int reasoning = chat && ar.reasoning, think_open = ar.req.think_open; /* and their think blocks */
+    const int reasoning = chat ? ar.reasoning : 0, think_open = ar.req.think_open; /* and their think blocks */
     ar.tools = NULL;
     nv_api_request_free(&ar);
     enum MHD_Result ret;

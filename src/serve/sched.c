@@ -287,6 +287,7 @@ static nv_err take_answer_rules(nv_req *r, const nv_req_params *p, int grammar_t
     const int V = p->vocab_size;
     r->think_budget = p->think_budget >= 0 && p->n_think_close > 0 ? p->think_budget : -1;
     r->thk.state = p->think_open ? (grammar_thinks ? NV_THINK_IN : NV_THINK_PAST) : NV_THINK_UNDECIDED;
+    r->thk.tags = p->think_tags;
     r->force_at = -1;
     if (r->think_budget >= 0 && (e = copy_ids(p->think_close, p->n_think_close, V, "the think block's closing token", &r->think_close)) == NV_OK)
         r->n_think_close = p->n_think_close;
@@ -382,12 +383,14 @@ nv_err nv_req_create(nv_req **out, const nv_req_params *p) {
     /* the prompt opened the block: a grammar allowing one is fed its opening; one without it refuses it,
        and stays: the answer is then the grammar's from its first token, no block for a budget to close */
     int grammar_thinks = 1;
-    if (e == NV_OK && p->grammar && p->think_open && (grammar_thinks = nv_gmatch_feed(r->gs.m, "<think>", 7)) < 0)
+    const char *open = nv_think_tags_of(p->think_tags)->open;
+    if (e == NV_OK && p->grammar && p->think_open && (grammar_thinks = nv_gmatch_feed(r->gs.m, open, strlen(open))) < 0)
         e = nv_fail(NV_ENOMEM, "request: out of memory");
     if (e == NV_OK && p->lazy_grammar && !p->grammar &&
         (e = nv_glazy_init(&r->lazy, p->lazy_grammar, p->lazy_trigger, p->lazy_at_start)) == NV_OK) {
         r->lazy.think = p->lazy_think;
         r->lazy.thk.state = p->think_open ? NV_THINK_IN : NV_THINK_UNDECIDED;
+        r->lazy.thk.tags = p->think_tags;
     }
     r->lazy_ends = p->lazy_ends;
     if (e == NV_OK) e = take_answer_rules(r, p, grammar_thinks);

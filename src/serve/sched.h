@@ -187,7 +187,7 @@ typedef struct {
     const char *lazy_trigger;
     int lazy_at_start;
     int lazy_ends; /* the answer ends when the lazy grammar's sentence is whole (one call only) */
-    int lazy_think; /* the trigger is not looked for inside a leading <think>...</think> block */
+    int lazy_think; /* the trigger is not looked for inside a leading think block (think_tags') */
     int adapter; /* the LoRA adapter the request runs with: its number in nv_sched_opts.adapters (0: none) */
     unsigned adapter_gen; /* its generation when the request's model was looked up (nv_adapters_find) */
     /* a predicted answer (OpenAI's Predicted Outputs; copied): its tokens are checked as drafts where
@@ -205,6 +205,7 @@ typedef struct {
     /* the prompt opened a think block (nv_think_opened): the answer starts inside it (a grammar that
        allows a leading block, and a lazy grammar's look-out, start there too) */
     int think_open;
+    int think_tags; /* the tags of its think block (nv_think_tags_of: NV_THINK_ANGLE, or 0, NV_THINK_BRACKET) */
     /* a reasoning budget (llama.cpp's --reasoning-budget, vLLM's thinking_token_budget): once the
        answer has spent think_budget tokens inside its think block without closing it, and its last
        UTF-8 character is whole, the think_close tokens are forced (copied); < 0: no budget */

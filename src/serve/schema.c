@@ -37,7 +37,7 @@ typedef struct {
     ref_rule *refs;
     int n_refs, cap_refs;
     int depth;
-    int think; /* a reasoning model's <think>...</think> block may come first */
+    int think; /* a reasoning model's think block may come first (its tags: NV_THINK_ANGLE, NV_THINK_BRACKET) */
     int xml_text; /* a parameter's free text in a tool call written as XML (-1: not made yet) */
     /* 1 while a tool call's value written as XML is made: no string in it holds '<' (so none holds
        "</parameter>"), a JSON string writing it \u003c; the string rules of the other form wait in other */
@@ -1424,19 +1424,19 @@ static int text_without(nv_gbuild *b, const char *close) {
     return st[0];
 }
 
-/* A reasoning model's block before the answer: nothing, or "<think>", any text in which
- * "</think>" does not occur, "</think>" and a newline or not. */
-int nv_think_block_rule(nv_gbuild *b) {
-    static const char close[] = "</think>";
-    const int text = text_without(b, close);
+/* A reasoning model's block before the answer: nothing, or the open tag, any text in which the
+ * close does not occur, the close and a newline or not. */
+int nv_think_block_rule(nv_gbuild *b, int tags) {
+    const nv_think_tags *t = nv_think_tags_of(tags);
+    const int text = text_without(b, t->close);
     nv_gbody body = {0};
     nv_gbody_alt(&body);
     nv_gbody_lit(b, &body, "\n", 1);
     int blank = nv_gbuild_add(b, &body);
     nv_gbody_alt(&body);
-    nv_gbody_lit(b, &body, "<think>", 7);
+    nv_gbody_lit(b, &body, t->open, strlen(t->open));
     nv_gbody_ref(&body, text);
-    nv_gbody_lit(b, &body, close, sizeof close - 1);
+    nv_gbody_lit(b, &body, t->close, strlen(t->close));
     nv_gbody_ref(&body, blank);
     return nv_gbuild_add(b, &body);
 }
@@ -1716,7 +1716,7 @@ static nv_err finish(sc *c, int top, nv_grammar **out) {
     int root = 0;
     if (c->err == NV_OK) {
         nv_gbody body = {0};
-        if (c->think) nv_gbody_ref(&body, nv_think_block_rule(c->b));
+        if (c->think) nv_gbody_ref(&body, nv_think_block_rule(c->b, c->think));
         nv_gbody_ref(&body, ws(c));
         nv_gbody_ref(&body, top);
         root = nv_gbuild_add(c->b, &body);
@@ -1764,7 +1764,7 @@ static nv_err finish_framed(sc *c, int value, const char *prefix, const char *su
     nv_gbody_ref(&body, value);
     nv_gbody_lit(c->b, &body, suffix, strlen(suffix));
     int one = nv_gbuild_add(c->b, &body), root = one;
-    int think = c->think ? nv_think_block_rule(c->b) : -1;
+    int think = c->think ? nv_think_block_rule(c->b, c->think) : -1;
     if (sep) { /* more ::= | sep one more;  end ::= | "\n" (the newline a model writes after a call) */
         int more = nv_gbuild_reserve(c->b);
         nv_gbody_alt(&body);
@@ -1898,7 +1898,7 @@ static nv_err finish_text(sc *c, int top, nv_grammar **out) {
         return c->err;
     }
     nv_gbody body = {0};
-    if (c->think) nv_gbody_ref(&body, nv_think_block_rule(c->b));
+    if (c->think) nv_gbody_ref(&body, nv_think_block_rule(c->b, c->think));
     nv_gbody_ref(&body, top);
     return nv_gbuild_finish(c->b, nv_gbuild_add(c->b, &body), out);
 }

@@ -31,9 +31,9 @@
 nv_err nv_schema_grammar(const cJSON *schema, nv_grammar **out);
 /* Any JSON object (response_format {"type": "json_object"}). */
 nv_err nv_json_object_grammar(nv_grammar **out);
-/* Either of those (json_object: any object, schema unused); think: a reasoning model's
- * "<think>...</think>" block may come first (any text in which "</think>" does not occur, then a
- * newline or not), and the JSON follows it. */
+/* Either of those (json_object: any object, schema unused); think (0, or the tags: NV_THINK_ANGLE,
+ * NV_THINK_BRACKET): a reasoning model's "<think>...</think>" block may come first (any text in which
+ * "</think>" does not occur, then a newline or not), and the JSON follows it. */
 nv_err nv_schema_grammar_ex(const cJSON *schema, int json_object, int think, nv_grammar **out);
 /* vLLM's guided_regex: the texts the whole of pattern matches (the ECMAScript subset 'pattern'
  * takes: docs/serving.md), each character written as its UTF-8 bytes; '^' and '$' at the ends
@@ -41,9 +41,10 @@ nv_err nv_schema_grammar_ex(const cJSON *schema, int json_object, int think, nv_
 nv_err nv_regex_grammar(const char *pattern, int think, nv_grammar **out);
 /* vLLM's guided_choice: exactly one of the n strings. */
 nv_err nv_choice_grammar(const char *const *choices, int n, int think, nv_grammar **out);
-/* A reasoning model's block before the answer, as a rule of b: nothing, or "<think>", any text in
- * which "</think>" does not occur, "</think>" and a newline or not. */
-int nv_think_block_rule(nv_gbuild *b);
+/* A reasoning model's block before the answer, as a rule of b: nothing, or the open tag ("<think>",
+ * "[THINK]": nv_think_tags_of(tags)), any text in which its close does not occur, the close and a
+ * newline or not. */
+int nv_think_block_rule(nv_gbuild *b, int tags);
 /* prefix, a JSON text schema accepts, suffix; with sep (not NULL) any number more after sep, and
  * one newline after the last. No other white space outside the JSON. */
 nv_err nv_schema_grammar_framed(const cJSON *schema, const char *prefix, const char *suffix, const char *sep,
