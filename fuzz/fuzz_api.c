@@ -17,8 +17,8 @@
  * and a trained model give), and the response bodies built from it are valid JSON. A request with
  * a response format (a JSON schema from the body) runs its grammar as the scheduler would: for a
  * few steps the mask agrees with asking token by token, and the best allowed token moves the
- * matcher on. The body is also read as a model's answer by the tool-call parser of each style,
- * whole and byte by byte, which must agree. And as an Anthropic Messages body (and a count_tokens
+ * matcher on. The body is also read as a model's answer by the tool-call parser of each style and
+ * by the think-block reader of each tag pair, whole and byte by byte, which must agree. And as an Anthropic Messages body (and a count_tokens
  * one): a failure gives Anthropic's error body and keeps nothing; a success is a chat request that
  * passes the same checks (max_tokens capped by the room, never refused for it), and the message and
  * stream events built for it are valid JSON. And as a Responses body, the same way (OpenAI's error
@@ -29,6 +29,7 @@
 #include "fuzz_util.h"
 #include "model/grammar.h"
 #include "model/sampler.h"
+#include "model/think.h"
 #include "serve/anthropic.h"
 #include "serve/llamacpp.h"
 #include "serve/ollama.h"
@@ -294,6 +295,25 @@ static void check_tool_parser(const char *data, size_t size) {
     }
 }
 
+/* The answer's reasoning and content must not depend on how the text arrives, in either tags. */
+static void check_think(const char *data, size_t size) {
+    for (int tags = NV_THINK_ANGLE; tags <= NV_THINK_BRACKET; tags++) {
+        nv_buf why[2] = {{0}, {0}}, said[2] = {{0}, {0}};
+        for (int bytewise = 0; bytewise < 2; bytewise++) {
+            nv_think t = {.tags = tags, .state = size % 3 ? NV_THINK_UNDECIDED : NV_THINK_IN};
+            if (bytewise)
+                for (size_t i = 0; i < size; i++) nv_think_feed(&t, data + i, 1, 0, &why[1], &said[1]);
+            nv_think_feed(&t, bytewise ? "" : data, bytewise ? 0 : size, 1, &why[bytewise], &said[bytewise]);
+            nv_think_free(&t);
+        }
+        FZ_CHECK(why[0].len == why[1].len && said[0].len == said[1].len && (!why[0].len || !memcmp(why[0].data, why[1].data, why[0].len)) &&
+                     (!said[0].len || !memcmp(said[0].data, said[1].data, said[0].len)) && why[0].len + said[0].len <= size,
+                 "think tags %d: whole and byte by byte differ (%zu / %zu, %zu / %zu bytes)", tags, why[0].len, why[1].len, said[0].len,
+                 said[1].len);
+        for (int b = 0; b < 2; b++) nv_buf_free(&why[b]), nv_buf_free(&said[b]);
+    }
+}
+
 /* The body as llama.cpp's /completion and /infill (the fuzzing vocabulary has no fill-in-the-middle
  * tokens: /infill's refusal past its own fields' checks). */
 static void check_llamacpp(nv_api_ctx *ctx, const char *data, size_t size) {
@@ -410,6 +430,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         ctx.jinja = pass == 4 ? prog : NULL;
         /* its calls written as XML or as Mistral's [ARGS] (by the body's length): the tools' schemas compiled to that form */
         ctx.jinja_tools = pass != 4 ? NV_TOOLS_HERMES : size % 2 ? NV_TOOLS_XML : NV_TOOLS_MISTRAL_ARGS;
+        /* and Mistral's [THINK] blocks with its [ARGS] calls: grammars after them, earlier reasoning as thinking chunks */
+        ctx.think_tags = ctx.reasoning = ctx.jinja_tools == NV_TOOLS_MISTRAL_ARGS ? NV_THINK_BRACKET : NV_THINK_ANGLE;
         nv_api_request r;
         nv_api_error err;
         int rc = nv_api_parse(&ctx, chat, (const char *)data, size, &r, &err);
@@ -432,6 +454,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     check_llamacpp(&ctx, (const char *)data, size);
     check_ollama(&ctx, (const char *)data, size);
     check_tool_parser((const char *)data, size);
+    check_think((const char *)data, size);
     /* the same body as /tokenize and /detokenize: a valid JSON answer or an error with a message */
     for (int detok = 0; detok < 2; detok++) {
         char *out = NULL;
