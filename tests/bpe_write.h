@@ -60,10 +60,13 @@ typedef struct {
     int drop_byte;    /* >= 0: leave this byte's token out (its slot becomes another piece) */
     int bad_merge;    /* write a merge without a space */
     int fim;          /* 1: three more tokens after the others, Qwen2.5-Coder's fill-in-the-middle markers;
-                         2: and its <|repo_name|> and <|file_sep|> */
+                         2: and its <|repo_name|> and <|file_sep|>; 3: instead Mistral's [THINK] and [/THINK] */
 } vocab_opts;
 
 static const char *fim_specials[] = {"<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>", "<|repo_name|>", "<|file_sep|>"};
+static const char *think_specials[] = {"[THINK]", "[/THINK]"};
+/* How many control tokens vocab_opts.fim puts after the others. */
+static int extra_specials(int fim) { return fim == 3 ? 2 : fim == 2 ? 5 : fim ? 3 : 0; }
 
 static void kv_key(nv_buf *w, const char *k, uint32_t type) {
     uint64_t n = strlen(k);
@@ -77,7 +80,7 @@ static void put_str(nv_buf *w, const char *s) {
     nv_buf_append(w, s, n);
 }
 
-static void token_text(int id, char *out) {
+static void token_text(int id, int fim, char *out) {
     if (id < 256) stand_in(id, out);
     else if (id < 256 + N_MERGES) {
         char a[64], b[64];
@@ -86,7 +89,7 @@ static void token_text(int id, char *out) {
         snprintf(out, 128, "%s%s", a, b);
     } else if (id < ID_THERE) strcpy(out, specials[id - ID_ENDOFTEXT]);
     else if (id == ID_THERE) spell(" there", out); /* a whole word no merge makes: only ignore_merges finds it */
-    else strcpy(out, fim_specials[id - N_TOKENS]);
+    else strcpy(out, (fim == 3 ? think_specials : fim_specials)[id - N_TOKENS]);
 }
 
 static int write_vocab(const char *path, const vocab_opts *o) {
@@ -107,14 +110,14 @@ static int write_vocab(const char *path, const vocab_opts *o) {
     }
     kv_key(&w, "tokenizer.ggml.tokens", 9);
     uint32_t et = 8;
-    const int nt_all = N_TOKENS + (o->fim == 2 ? 5 : o->fim ? 3 : 0);
+    const int nt_all = N_TOKENS + extra_specials(o->fim);
     uint64_t n = (uint64_t)nt_all;
     nv_buf_append(&w, &et, 4);
     nv_buf_append(&w, &n, 8);
     for (int i = 0; i < nt_all; i++) {
         char t[128];
         if (i == o->drop_byte) strcpy(t, "[unused]");
-        else token_text(i, t);
+        else token_text(i, o->fim, t);
         put_str(&w, t);
     }
     kv_key(&w, "tokenizer.ggml.token_type", 9);

@@ -621,16 +621,17 @@ static void test_tokenizer_roundtrip(void) {
     nv_tokenizer_free(a);
     nv_tokenizer_free(b);
     a = b = NULL;
-    /* byte-level: Qwen2's split without BOS, Llama 3's with it, SmolLM's digits, GPT-2's, GPT-4o's */
+    /* byte-level: Qwen2's split without BOS, Llama 3's with it, SmolLM's digits, GPT-2's, GPT-4o's, OLMo 2's, Tekken's */
     const vocab_opts opts[] = {{"qwen2", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0},
                                {"llama-bpe", ID_ENDOFTEXT, ID_IM_END, 1, -1, 0, 0},
                                {"smollm", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0},
                                {"gpt-2", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0},
                                {"gpt-4o", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0},
-                               {"dbrx", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0}};
+                               {"dbrx", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0},
+                               {"tekken", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0}};
     static const char *const native[] = {"\"Split\"", "\"ignore_merges\":\ttrue", "\"Digits\"", "\"use_regex\":\ttrue", "\\\\p{Lu}\\\\p{Lt}",
-                                         "\"ignore_merges\":\tfalse"};
-    for (int k = 0; k < 6; k++) {
+                                         "\"ignore_merges\":\tfalse", "\\\\p{M}]*|\\\\p{N}|"};
+    for (int k = 0; k < 7; k++) {
         char gguf[700];
         snprintf(gguf, sizeof gguf, "%s/vocab%d.gguf", t_tmpdir(), k);
         T_CHECK(write_vocab(gguf, &opts[k]) == 0, "write %s", gguf);

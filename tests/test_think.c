@@ -364,6 +364,14 @@ static void test_think_mistral(void) {
     T_CHECK(status == 200 && p && !strcmp(p, "[INST]Hi[/INST][THINK]greet back[/THINK]Hello.[INST]Bye[/INST][THINK]"), "the history: '%s'",
             p ? p : "");
     cJSON_Delete(j);
+    /* no chunk for an empty reasoning, nor for a user's message */
+    j = post_json_status(s.port, "/apply-template",
+                         "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\", \"reasoning_content\": \"mine\"}, {\"role\": \"assistant\", "
+                         "\"content\": \"Hello.\", \"reasoning_content\": \"\"}, {\"role\": \"user\", \"content\": \"Bye\"}]}",
+                         &status);
+    p = cJSON_GetStringValue(cJSON_GetObjectItem(j, "prompt"));
+    T_CHECK(status == 200 && p && !strcmp(p, "[INST]Hi[/INST]Hello.(reasoning_content)[INST]Bye[/INST][THINK]"), "no chunks: '%s'", p ? p : "");
+    cJSON_Delete(j);
     answer plain, whole, a, b, st;
     T_CHECK(chat(s.port, "\"reasoning_format\": \"none\", \"logprobs\": true", 0, &plain) && plain.n_toks == 40 && !strstr(plain.content, "[/THINK]"),
             "%d tokens: '%s' %s", plain.n_toks, plain.content, plain.error);

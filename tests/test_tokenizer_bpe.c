@@ -11,6 +11,7 @@
 #include "base/err.h"
 #include "model/gguf.h"
 #include "model/grammar.h"
+#include "model/think.h"
 #include "model/tokenizer.h"
 #include "serve/api.h"
 #include "serve/ollama.h"
@@ -318,6 +319,39 @@ static void test_gpt4o_split(void) {
     nv_tokenizer_free(t);
     nv_tokenizer_free(g);
     nv_tokenizer_free(l4);
+}
+
+/* Mistral's think tags as its vocabularies hold them, control tokens: parsed whole in a prompt, printed
+ * only once shown (as the server shows them for a template with [THINK] blocks); then a prompt ending
+ * with one opens the block, a spent budget's close is that one token, and a grammar allowing the block
+ * takes the token itself. */
+static void test_think_control_tokens(void) {
+    nv_tokenizer *t = load_vocab(&(vocab_opts){"tekken", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 3});
+    if (!t) return;
+    const int open = N_TOKENS, close = N_TOKENS + 1;
+    EXPECT(t, "at[THINK]at[/THINK]", 0, id_of(t, "at"), open, id_of(t, "at"), close);
+    T_CHECK(!strcmp(nv_tokenizer_decode(t, 0, open), ""), "a control token prints nothing until shown");
+    T_CHECK(nv_tokenizer_show(t, "[THINK]") == open && nv_tokenizer_show(t, "[/THINK]") == close && !strcmp(nv_tokenizer_decode(t, 0, open), "[THINK]"),
+            "shown, it prints its text");
+    const int prompt[] = {id_of(t, "at"), open};
+    T_CHECK(nv_think_opened(t, NV_THINK_BRACKET, prompt, 2) && !nv_think_opened(t, NV_THINK_ANGLE, prompt, 2), "the prompt opens Mistral's block");
+    int *ids = NULL, n = 0;
+    T_CHECK(nv_think_close_ids(t, NV_THINK_BRACKET, NULL, &ids, &n) == NV_OK && n == 1 && ids[0] == close, "the forced close: %d ids", n);
+    free(ids);
+    cJSON *schema = cJSON_Parse("{\"type\":\"object\"}");
+    nv_grammar *g = NULL;
+    T_CHECK(nv_schema_grammar_ex(schema, 0, NV_THINK_BRACKET, &g) == NV_OK, "%s", nv_errmsg());
+    cJSON_Delete(schema);
+    nv_gtrie *tr = NULL;
+    uint8_t *mask = malloc(N_TOKENS + 2);
+    nv_gmatch *m = g ? nv_gmatch_new(g) : NULL;
+    T_CHECK(m && mask && nv_gtrie_build(t, &tr) == NV_OK && nv_gmatch_mask(m, tr, mask) > 0 && mask[open] && !mask[close] && mask['{'],
+            "the grammar takes the open tag's token first");
+    nv_gmatch_free(m);
+    nv_gtrie_free(tr);
+    nv_grammar_unref(g);
+    free(mask);
+    nv_tokenizer_free(t);
 }
 
 /* Mistral's Tekken split (llama.cpp's "tekken"; Mistral NeMo's and later tokenizer.json pattern):
@@ -711,6 +745,7 @@ int main(void) {
     T_RUN(test_smollm_digits);
     T_RUN(test_gpt4o_split);
     T_RUN(test_tekken_split);
+    T_RUN(test_think_control_tokens);
     T_RUN(test_write_read_back);
     T_RUN(test_chat_turn_boundary);
     T_RUN(test_chat_history);

@@ -282,8 +282,8 @@ int cmd_chat(int argc, char **argv) {
         }
         n_fed = pos;
         int token = ids[n_ids - 1], produced = 0;
-        if (nv_think_opened(tok, think_tags, ids, n_ids)) /* the prompt opened the answer's think block: shown as it is */
-            printf("%s\n", nv_think_tags_of(think_tags)->open);
+        if (nv_think_opened(tok, think_tags, ids, n_ids)) /* the prompt opened the answer's think block: shown as it is (Mistral's without a line) */
+            printf("%s%s", nv_think_tags_of(think_tags)->open, think_tags == NV_THINK_BRACKET ? "" : "\n");
         free(ids);
         size_t shown = 0; /* answer bytes printed; the rest may be the start of the stop string */
         answer.len = 0;

@@ -1431,10 +1431,11 @@ static nv_err tokenizer_files(const nv_tokenizer *tok, const nv_config *c, cJSON
             cJSON_AddItemToArray(merges, cJSON_CreateString(pair));
             free(pair);
         }
-        /* the split as the model families write it: Llama 3's, Qwen2's and GPT-4o's regex, then bytes;
-           SmolLM's single digits, then GPT-2's regex inside ByteLevel; GPT-2's alone */
+        /* the split as the model families write it: Llama 3's, Qwen2's, GPT-4o's and Tekken's regex, then
+           bytes; SmolLM's single digits, then GPT-2's regex inside ByteLevel; GPT-2's alone */
         const char *re = nv_bpe_regex_of_pre(bv.pre);
-        const int own_regex = re == nv_bpe_regex_of_pre("llama-bpe") || re == nv_bpe_regex_of_pre("qwen2") || re == nv_bpe_regex_of_pre("gpt-4o");
+        const int own_regex = re == nv_bpe_regex_of_pre("llama-bpe") || re == nv_bpe_regex_of_pre("qwen2") || re == nv_bpe_regex_of_pre("gpt-4o") ||
+                              re == nv_bpe_regex_of_pre("tekken");
         cJSON *pt = typed("Sequence"), *list = cJSON_AddArrayToObject(pt, "pretokenizers");
         if (own_regex) {
             cJSON *split = typed("Split");

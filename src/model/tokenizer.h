@@ -24,7 +24,8 @@
  *   merges come from tokenizer.ggml.merges, ranked by their order; BOS, EOS, EOT/EOM and
  *   add_bos_token from the metadata. tokenizer.ggml.pre picks the split: llama3/llama-bpe
  *   (digits in threes; a piece that is a whole token skips the merges), qwen2 (single digits),
- *   smollm/starcoder (every digit a piece, then GPT-2's split), gpt-2/default; any other is
+ *   smollm/starcoder (every digit a piece, then GPT-2's split), gpt-4o/llama4 (o200k's), tekken
+ *   (Mistral's: single digits, whole-token pieces skip the merges), gpt-2/default; any other is
  *   NV_EUNSUPPORTED. A Hugging Face tokenizer.json is read into the same form (model/hf.h). A
  *   vocabulary lacking a token for one of the 256 bytes, or whose merges join nothing, is NV_EFORMAT.
  * - nv_tokenizer_encode() is llama.cpp's with special tokens parsed: the text is cut at the text

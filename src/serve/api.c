@@ -1027,8 +1027,7 @@ static int reasoning_effort(const nv_api_ctx *ctx, const cJSON *root, const char
  * continue_final_message (the last message, an assistant's answer begun, is continued). A request
  * whose answer is read for reasoning (rq: its reasoning and budget) has thinking off (enable_thinking
  * false) where the effort is "none" or "minimal" or the budget is 0, unless the kwargs'
- * enable_thinking says otherwise. Earlier reasoning reaches a template with Mistral's tags as
- * thinking chunks. */
+ * enable_thinking says otherwise. */
 static int chat_opts(const nv_api_ctx *ctx, const cJSON *root, const nv_api_messages *msgs, const nv_api_request *rq, nv_chat_opts *o,
                      nv_api_error *err) {
     const cJSON *kw = nv_api_field(root, "chat_template_kwargs");
@@ -1056,7 +1055,6 @@ static int chat_opts(const nv_api_ctx *ctx, const cJSON *root, const nv_api_mess
     o->continue_final = cont;
     o->no_gen_prompt = !gen;
     o->kwargs = kw;
-    o->think_chunks = ctx->think_tags == NV_THINK_BRACKET;
     return 0;
 }
 

@@ -6,6 +6,7 @@
 #include <time.h>
 
 #include "base/buf.h"
+#include "model/think.h"
 #include "serve/tools.h"
 
 static const char *const names[] = {"plain",   "chatml",  "llama2",    "llama3", "deepseek", "phi3",
@@ -633,12 +634,17 @@ static cJSON *parse_keeping_floats(const char *text) {
 /* transformers' variables for o->jinja (see nv_chat_opts) */
 static cJSON *jinja_vars(const nv_tokenizer *tok, const nv_chat_msg *m, int n, const nv_chat_opts *o, int gen_prompt) {
     cJSON *v = cJSON_CreateObject(), *msgs = cJSON_AddArrayToObject(v, "messages");
+    /* a template with Mistral's [THINK] blocks reads an assistant's earlier reasoning as a thinking chunk
+       before its text (content [{"type": "thinking", "thinking"}, {"type": "text", "text"}], no
+       reasoning_content), as llama.cpp gives it them */
+    const int think_chunks = nv_think_tags_of_template(nv_jinja_source(o->jinja), NULL) == NV_THINK_BRACKET;
     for (int i = 0; i < n; i++) {
         cJSON *x = cJSON_CreateObject();
         cJSON_AddItemToArray(msgs, x);
         cJSON_AddStringToObject(x, "role", is_system(m[i].role) ? "system" : is_tool(m[i].role) ? "tool" : m[i].role);
         const int none = !m[i].content || (!*m[i].content && m[i].n_calls && !m[i].text_given); /* a call's none, as clients send it */
-        if (m[i].reasoning && o->think_chunks) { /* the reasoning as a thinking chunk, then the text's own, as llama.cpp gives them */
+        const int chunks = think_chunks && m[i].reasoning && *m[i].reasoning && !strcmp(m[i].role, "assistant");
+        if (chunks) { /* the reasoning as a thinking chunk, then the text's own */
             cJSON *chunks = cJSON_AddArrayToObject(x, "content"), *think = cJSON_CreateObject();
             cJSON_AddItemToArray(chunks, think);
             cJSON_AddStringToObject(think, "type", "thinking");
@@ -655,7 +661,7 @@ static cJSON *jinja_vars(const nv_tokenizer *tok, const nv_chat_msg *m, int n, c
             cJSON_AddStringToObject(x, "content", m[i].content);
         if (m[i].tool_call_id) cJSON_AddStringToObject(x, "tool_call_id", m[i].tool_call_id);
         if (m[i].name) cJSON_AddStringToObject(x, "name", m[i].name);
-        if (m[i].reasoning && !o->think_chunks) cJSON_AddStringToObject(x, "reasoning_content", m[i].reasoning);
+        if (m[i].reasoning && !chunks) cJSON_AddStringToObject(x, "reasoning_content", m[i].reasoning);
         if (!m[i].n_calls) continue;
         cJSON *calls = cJSON_AddArrayToObject(x, "tool_calls");
         for (int k = 0; k < m[i].n_calls; k++) {

@@ -115,10 +115,6 @@ typedef struct {
     const nv_jinja *jinja;
     const struct cJSON *kwargs;
     const char *effort; /* a template run as Jinja sees it as reasoning_effort (a kwarg of that name wins); NULL: undefined */
-    /* a template run as Jinja sees an assistant's reasoning as a thinking chunk before its text (content
-       [{"type": "thinking", "thinking"}, {"type": "text", "text"}], no reasoning_content): Mistral's
-       templates with [THINK] blocks read it so, and llama.cpp gives it them so */
-    int think_chunks;
 } nv_chat_opts;
 
 /* The tool calls' wire format of a template. */

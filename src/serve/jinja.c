@@ -1225,6 +1225,7 @@ static jnode *parse_body(parser *P, const char *const *ends, const char **which)
 struct nv_jinja {
     jctx c;
     jnode *body;
+    const char *src; /* the text parsed, line breaks made "\n" */
 };
 
 nv_err nv_jinja_parse(const char *text, size_t n, nv_jinja **out) {
@@ -1248,6 +1249,8 @@ nv_err nv_jinja_parse(const char *text, size_t n, nv_jinja **out) {
             src[m++] = text[i];
     }
     if (m && src[m - 1] == '\n') m--;
+    src[m] = 0;
+    j->src = src;
     lexer L = {.c = &j->c, .src = src, .n = m, .line = 1};
     lex(&L);
     parser P = {.c = &j->c, .t = L.v};
@@ -1255,6 +1258,8 @@ nv_err nv_jinja_parse(const char *text, size_t n, nv_jinja **out) {
     *out = j;
     return NV_OK;
 }
+
+const char *nv_jinja_source(const nv_jinja *j) { return j ? j->src : NULL; }
 
 void nv_jinja_free(nv_jinja *j) {
     if (!j) return;

@@ -32,6 +32,8 @@ nv_err nv_jinja_parse(const char *text, size_t n, nv_jinja **out);
  * appending to out. NV_EFORMAT naming the line on an error in the template (raise_exception's
  * message among them), NV_ERANGE past the limits; out then holds what it had. */
 nv_err nv_jinja_render(const nv_jinja *j, const cJSON *vars, nv_buf *out);
+/* The text it was parsed from (line breaks made "\n"; a last one dropped), NUL-terminated; NULL for NULL. */
+const char *nv_jinja_source(const nv_jinja *j);
 void nv_jinja_free(nv_jinja *j);
 
 #endif
