@@ -12,8 +12,8 @@
  * the layers without RoPE (1224), version 5 the Gemma family's block (1264), version 6 Granite's
  * multipliers (1272), version 7 partial rotation (in a field version 6 reserved), version 8
  * LongRoPE's short set, version 9 OLMo 2's block (in a field version 8 reserved, and QK-norm 2),
- * version 10 the best validation loss (2320), version 11 the length --time-budget decided (2328); an
- * older header must read none of the later fields, an accepted best must lie within the run, and a
+ * version 10 the best validation loss (2320), version 11 the length --time-budget decided (2328),
+ * version 12 Ministral 3's attention temperature (2336); an older header must read none of the later fields, an accepted best must lie within the run, and a
  * decided length must be none or at least the steps done. */
 #include <math.h>
 #include <stddef.h>
@@ -34,10 +34,11 @@
 #define FZ_V7_HEADER 1272u /* versions 6 and 7: before LongRoPE's short set */
 #define FZ_V9_HEADER 2304u /* versions 8 and 9: before the best validation loss */
 #define FZ_V10_HEADER 2320u /* version 10: before the decided length */
+#define FZ_V11_HEADER 2328u /* version 11: before the attention temperature */
 
 static int known_header(uint32_t hb) {
     return hb == FZ_V1_HEADER || hb == FZ_V2_HEADER || hb == FZ_V3_HEADER || hb == FZ_V4_HEADER || hb == FZ_V5_HEADER ||
-           hb == FZ_V7_HEADER || hb == FZ_V9_HEADER || hb == FZ_V10_HEADER || hb == sizeof(nv_ckpt_header);
+           hb == FZ_V7_HEADER || hb == FZ_V9_HEADER || hb == FZ_V10_HEADER || hb == FZ_V11_HEADER || hb == sizeof(nv_ckpt_header);
 }
 
 static volatile float sink;
@@ -117,6 +118,8 @@ static void try_load(const uint8_t *data, size_t size) {
              "a best validation loss out of range accepted");
     FZ_CHECK(version >= 9 || (ck.h.no_pre_norms == 0 && ck.h.qk_norm <= 1), "a version %u header read OLMo 2's block", version);
     FZ_CHECK(version >= 11 || ck.h.budget_steps == 0, "a version %u header read a decided length", version);
+    FZ_CHECK(version >= 12 || (ck.h.attn_temp_scale == 0.0f && ck.h.attn_temp_len == 0), "a version %u header read an attention temperature",
+             version);
     FZ_CHECK(ck.h.budget_steps == 0 || (ck.h.budget_steps >= ck.h.step && ck.h.budget_steps <= INT32_MAX),
              "a decided length of %lld at step %lld accepted", (long long)ck.h.budget_steps, (long long)ck.h.step);
     const nv_lora_shape lora = {ck.h.lora_rank, ck.h.lora_alpha, ck.h.lora_targets};

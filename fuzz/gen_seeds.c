@@ -172,6 +172,12 @@ static void models(void) {
     nv_config ol = {8, 16, 4, 2, 1, 4, 16, 8, 500000.0f, 1e-6f, 0, NV_QK_NORM_WHOLE, 0, {0}, 0, NV_CONFIG_PLAIN};
     ol.post_norms = ol.no_pre_norms = 1, ol.swa_window = 3, ol.swa_period = 4, ol.rope_theta_swa = 500000.0f;
     random_gguf(&ol, 18, "v3_olmo3.gguf", NV_GGUF_F32);
+    /* mistral3 (Ministral 3): YaRN with its log multiplier, the queries' attention temperature */
+    nv_config m3 = {8, 16, 2, 2, 1, 4, 16, 8, 1e6f, 1e-5f, 1, 0, 0, {0}, 0, NV_CONFIG_PLAIN};
+    check(nv_config_rope_yarn(&m3, &(nv_rope_yarn){.factor = 4.0f, .orig_ctx = 2, .beta_fast = 32.0f, .beta_slow = 1.0f, .attn_factor = 1.0f}));
+    m3.attn_temp_scale = 0.1f, m3.attn_temp_len = 2;
+    random_gguf(&m3, 19, "v3_mistral3.gguf", NV_GGUF_F32);
+    check(write_vocab(seed_path("tokenizer", "bpe_tekken_think.gguf"), &(vocab_opts){"tekken", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 3}) ? NV_EIO : NV_OK);
     check(write_vocab(seed_path("tokenizer", "bpe_dbrx.gguf"), &(vocab_opts){"dbrx", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0}) ? NV_EIO : NV_OK);
     check(gw_gemma_vocab(seed_path("tokenizer", "spm_gemma.gguf")) ? NV_OK : NV_EIO);
     nv_config lf = {8, 16, 1, 2, 2, 4, 16, 8, 500000.0f, 1e-5f, 1, 0, 2, {1.0f, 8.0f}, 0, NV_CONFIG_PLAIN};
@@ -443,6 +449,7 @@ static void ckpts(void) {
                       {8, 12, 2, 2, 1, 4, 10, 8, 1e6f, 1e-6f, 1, 1, 0, {0}, 0, NV_CONFIG_PLAIN},      /* Gemma 3's block: below */
                       {8, 12, 2, 2, 1, 4, 10, 8, 1e6f, 1e-6f, 0, NV_QK_NORM_WHOLE, 0, {0}, 0, NV_CONFIG_PLAIN}}; /* OLMo 2's: below */
     cs[2].n_experts = 3, cs[2].n_experts_used = 2;
+    cs[2].attn_temp_scale = 0.1f, cs[2].attn_temp_len = 4; /* and Ministral 3's attention temperature (version 12) */
     cs[3].swa_window = 4, cs[3].swa_period = 2, cs[3].rope_theta_swa = 10000.0f, cs[3].ffn_gelu = 1, cs[3].post_norms = 1;
     cs[3].emb_scale = 2.828427f, cs[3].logit_softcap = 30.0f;
     cs[4].post_norms = cs[4].no_pre_norms = 1;

@@ -89,7 +89,8 @@ static void token_text(int id, int fim, char *out) {
         snprintf(out, 128, "%s%s", a, b);
     } else if (id < ID_THERE) strcpy(out, specials[id - ID_ENDOFTEXT]);
     else if (id == ID_THERE) spell(" there", out); /* a whole word no merge makes: only ignore_merges finds it */
-    else strcpy(out, (fim == 3 ? think_specials : fim_specials)[id - N_TOKENS]);
+    else if (fim == 3) strcpy(out, think_specials[id - N_TOKENS]);
+    else strcpy(out, fim_specials[id - N_TOKENS]);
 }
 
 static int write_vocab(const char *path, const vocab_opts *o) {

@@ -4,7 +4,8 @@
  * Gemma 2's soft-capped scores); Gemma's vocabulary layout (BOS 2, EOS 1, byte tokens past the
  * specials, no dummy prefix) and chat template. SmolLM3 (smollm3): llama's block with every fourth
  * layer unrotated. Granite (granite, granitemoe): llama's block with embeddings, scores, each branch
- * into the residual and the logits scaled by multipliers of its own. Partial rotation (Phi-4-mini's
+ * into the residual and the logits scaled by multipliers of its own. Ministral 3 (mistral3): llama's
+ * block, YaRN, the queries scaled by a temperature growing with their position. Partial rotation (Phi-4-mini's
  * RoPE on the first values of each head only, written as phi3; and beside Qwen2's biases, as qwen2). The forward (token by token and a whole prompt at once) is checked against a
  * plain reference written here from the definition; a GGUF file written and read back gives the
  * same config and logits; the formats without these parts refuse a Gemma model; training's forward
@@ -46,6 +47,12 @@
  * fourth layer unrotated. Granite: its four multipliers (a score factor that is no power of two). */
 static nv_config gemma_config(int gen) {
     nv_config c = {32, 48, 4, 4, 2, 16, 67, 64, 1000000.0f, 1e-6f, 1, gen == 3, 0, {0}, 0, NV_CONFIG_PLAIN};
+    if (gen == 12) { /* Ministral 3 (mistral3): llama's block, YaRN whose cos and sin keep their size, the queries' temperature from position 8 */
+        nv_rope_yarn y = {.factor = 4.0f, .orig_ctx = 8, .beta_fast = 32.0f, .beta_slow = 1.0f, .attn_factor = 1.0f};
+        T_CHECK(nv_config_rope_yarn(&c, &y) == NV_OK, "%s", nv_errmsg());
+        c.attn_temp_scale = 3.0f, c.attn_temp_len = 8; /* (large: the queries change by 3x and more) */
+        return c;
+    }
     if (gen >= 10) { /* OLMo 2: norms after the branches only, QK-norm over whole projections; OLMo 3: its window too */
         c.qk_norm = NV_QK_NORM_WHOLE, c.post_norms = 1, c.no_pre_norms = 1, c.shared_classifier = 0;
         if (gen == 11) c.swa_window = 5, c.swa_period = 2, c.rope_theta_swa = c.rope_theta;
@@ -144,6 +151,8 @@ static void reference_logits(const nv_model *m, const int *toks, int n, float *o
                     vec[i] = ms * (v0 * cos(a) - v1 * sin(a));
                     vec[i + 1] = ms * (v0 * sin(a) + v1 * cos(a));
                 }
+                /* Ministral 3's queries: times 1 + beta ln(1 + floor(t / length)) */
+                for (int i = 0; hh < H && c->attn_temp_scale != 0.0f && i < hd; i++) vec[i] *= 1.0 + c->attn_temp_scale * log(1.0 + floor((double)t / c->attn_temp_len));
             }
         }
         for (int t = 0; t < n; t++) {
@@ -249,8 +258,8 @@ static void forward_matches_reference(int gen) {
     nv_model_free(&m);
 }
 
-/* The kinds the tests below run: the Gemma generations, SmolLM3, Granite, partial rotation, OLMo 2 and 3. */
-static const int kinds[] = {1, 2, 3, 4, 5, 8, 9, 10, 11};
+/* The kinds the tests below run: the Gemma generations, SmolLM3, Granite, partial rotation, OLMo 2 and 3, Ministral 3. */
+static const int kinds[] = {1, 2, 3, 4, 5, 8, 9, 10, 11, 12};
 #define N_KINDS (int)(sizeof kinds / sizeof kinds[0])
 
 static void test_forward_matches_reference(void) {
@@ -270,7 +279,7 @@ static int gguf_arch_is(const char *path, const char *arch) {
 
 /* 1 when the GGUF file at path names generation gen's architecture. */
 static int written_as(const char *path, int gen) {
-    static const char *const arch[] = {"", "gemma", "gemma2", "gemma3", "smollm3", "granite", "", "", "qwen2", "phi3", "olmo2", "olmo2"};
+    static const char *const arch[] = {"", "gemma", "gemma2", "gemma3", "smollm3", "granite", "", "", "qwen2", "phi3", "olmo2", "olmo2", "mistral3"};
     return gguf_arch_is(path, arch[gen]);
 }
 
@@ -320,6 +329,31 @@ static void gguf_round_trip(int gen) {
                     "an irregular list: %s", nv_errmsg());
         }
         free(bytes);
+    }
+    if (gen == 12) { /* Ministral 3's files as llama.cpp converts them: no temperature length (YaRN's original context), the
+                        log multiplier 1 (the cos and sin unscaled); another multiplier scales them as transformers does */
+        char *bytes = NULL;
+        size_t len = 0;
+        static const char key[] = "mistral3.attention.temperature_length", mul[] = "mistral3.rope.scaling.yarn_log_multiplier";
+        T_CHECK(nv_file_read_all(path, &bytes, &len) == NV_OK, "%s", nv_errmsg());
+        char *at = bytes ? memmem(bytes, len, key, sizeof key - 1) : NULL, *m_at = bytes ? memmem(bytes, len, mul, sizeof mul - 1) : NULL;
+        T_CHECK(at && m_at, "the temperature's length and the log multiplier written");
+        if (at && m_at) {
+            nv_config pc;
+            at[sizeof key - 2] = 'X'; /* another key: the length left out */
+            T_CHECK(nv_model_read_config(t_write("m3-nolen.gguf", bytes, len), &pc) == NV_OK && !memcmp(&pc, &c, sizeof c),
+                    "the length from YaRN's original context: %s (%d)", nv_errmsg(), pc.attn_temp_len);
+            float half = 0.5f; /* transformers' mscale_all_dim 0.5: 1 + 0.1 ln 4 over 1 + 0.05 ln 4 */
+            memcpy(m_at + sizeof mul - 1 + 4, &half, 4);
+            T_CHECK(nv_model_read_config(t_write("m3-mul.gguf", bytes, len), &pc) == NV_OK &&
+                        fabs(pc.yarn.attn_factor - (1 + 0.1 * log(4.0)) / (1 + 0.05 * log(4.0))) < 1e-6,
+                    "a log multiplier of 0.5: %g", (double)pc.yarn.attn_factor);
+        }
+        free(bytes);
+        char args[800];
+        snprintf(args, sizeof args, "info -m '%s'", path);
+        T_CHECK(t_nerve(args) == 0 && strstr(t_out, "queries x 1 + 3 ln(1 + floor(position / 8))") && strstr(t_out, "YaRN factor 4"),
+                "info: %s%s", t_out, t_err);
     }
     T_CHECK(nv_model_load_quantized(q8, &rq) == NV_OK && nv_model_build_plans(&rq, nv_engine_best()) == NV_OK, "%s", nv_errmsg());
     T_CHECK(t_forward_logits(&rq, toks, T, b) && logit_gap(b, a, T * V) < 0.05, "kind %d Q8_0: %.3g from fp32", gen, logit_gap(b, a, T * V));
@@ -381,6 +415,14 @@ static void test_refusals_and_info(void) {
     T_CHECK(!nv_config_fits_v1(&gr.config) && nv_model_save_v1(&gr, t_path("gr.bin")) == NV_EUNSUPPORTED &&
                 strstr(nv_errmsg(), "Granite's multipliers"),
             "llama2.c v1 took Granite: %s", nv_errmsg());
+    nv_model m3 = m; /* nor Ministral 3's attention temperature, which a folder of nerve's would not say */
+    m3.config = gemma_config(12);
+    T_CHECK(nv_model_save_v1(&m3, t_path("m3.bin")) == NV_EUNSUPPORTED && nv_hf_save(&m3, NULL, t_path("m3hf"), NV_HF_F32, NULL) == NV_EUNSUPPORTED &&
+                strstr(nv_errmsg(), "attention temperature"),
+            "llama2.c v1 or a folder took Ministral 3's temperature: %s", nv_errmsg());
+    m3.config.qk_norm = 1; /* nor a GGUF architecture beside QK-norm */
+    T_CHECK(nv_gguf_save(&m3, NULL, "m3", t_path("m3q.gguf"), NV_GGUF_F32, NULL, NULL) == NV_EUNSUPPORTED && strstr(nv_errmsg(), "temperature"),
+            "the temperature beside QK-norm was written: %s", nv_errmsg());
     nv_model g1 = m; /* Gemma 1's config.json has no window */
     g1.config = gemma_config(1);
     g1.config.swa_window = 5;

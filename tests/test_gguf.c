@@ -1120,7 +1120,7 @@ static void test_qwen3_roundtrip(void) {
             nv_rope_table(table, &c, 38);
             memcpy(cs, table + 37 * 16, sizeof cs);
             float vf[32] = {0};
-            nv_qkv_finish(&m, 1, qf, kf, vf, cs);
+            nv_qkv_finish(&m, 1, qf, kf, vf, cs, 37);
             const double worst = fmax(neox_diff(qf, ref_q, c.n_heads, hd), neox_diff(kf, ref_k, c.n_kv_heads, hd));
             T_CHECK(worst < 1e-4, "the file's rows under qwen3's RoPE differ from this project's by %g", worst);
         }
@@ -1332,7 +1332,7 @@ static void test_qwen2_bias(void) {
             float table[38 * 16];
             nv_rope_table(table, &c, 38);
             memcpy(cs, table + 37 * 16, sizeof cs);
-            nv_qkv_finish(&m, 1, qf, kf, vf, cs);
+            nv_qkv_finish(&m, 1, qf, kf, vf, cs, 37);
             double worst = fmax(neox_diff(qf, ref_q, c.n_heads, hd), neox_diff(kf, ref_k, c.n_kv_heads, hd));
             for (int o = 0; o < kvd; o++) worst = fmax(worst, fabs(vf[o] - ref_v[o]));
             T_CHECK(worst < 1e-4, "the file's projections and biases under qwen2's RoPE differ from this project's by %g", worst);

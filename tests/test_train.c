@@ -606,6 +606,23 @@ static void test_ckpt_roundtrip_and_flags(void) {
     T_CHECK(nv_ckpt_load(path, &k8) == NV_OK && k8.h.budget_steps == 0 && k8.h.best_val_loss == 1.5f,
             "a version 10 checkpoint: %s", nv_errmsg());
     nv_ckpt_close(&k8);
+    /* Ministral 3's attention temperature (version 12) survives; a version 11 file reads none; a bad one is refused */
+    nv_config tc, tback;
+    nv_ckpt_header_get_config(&h8, &tc);
+    tc.attn_temp_scale = 0.1f, tc.attn_temp_len = 16384;
+    nv_ckpt_header_set_config(&h8, &tc);
+    T_CHECK(nv_ckpt_save(path, &h8, p8, m8, v8) == NV_OK && nv_ckpt_load(path, &k8) == NV_OK, "%s", nv_errmsg());
+    nv_ckpt_header_get_config(&k8.h, &tback);
+    T_CHECK(tback.attn_temp_scale == 0.1f && tback.attn_temp_len == 16384, "the attention temperature: not kept");
+    nv_ckpt_close(&k8);
+    write_ckpt_version(path, &h8, 11, 2328, p8, m8, v8, n8);
+    T_CHECK(nv_ckpt_load(path, &k8) == NV_OK && k8.h.attn_temp_scale == 0.0f && k8.h.attn_temp_len == 0 && k8.h.budget_steps == 300,
+            "a version 11 checkpoint: %s", nv_errmsg());
+    nv_ckpt_close(&k8);
+    h8.attn_temp_len = 0;
+    T_CHECK(nv_ckpt_save(path, &h8, p8, m8, v8) == NV_OK && nv_ckpt_load(path, &k8) == NV_EFORMAT && strstr(nv_errmsg(), "attention temperature"),
+            "a temperature without a length: %s", nv_errmsg());
+    h8.attn_temp_scale = 0.0f;
     for (int i = 0; i < 2; i++) {
         h8.budget_steps = i ? -1 : h8.step - 1;
         T_CHECK(nv_ckpt_save(path, &h8, p8, m8, v8) == NV_OK, "%s", nv_errmsg());

@@ -499,6 +499,16 @@ static void test_fd_olmo2(void) {
     fd_weight_scale = 12.0f, fd_h = 1e-2f;
 }
 
+/* Ministral 3's block: llama's, YaRN, and the queries' attention temperature growing every 2 positions
+ * of windows of 6 (so three factors, 1 among them) */
+static void test_fd_mistral3(void) {
+    nv_config c = {16, 24, 2, 4, 2, 4, 23, 8, 10000.0f, 1e-5f, 0, 0, 0, {0}, 0, NV_CONFIG_PLAIN};
+    nv_rope_yarn y = {.factor = 4.0f, .orig_ctx = 2, .beta_fast = 32.0f, .beta_slow = 1.0f, .attn_factor = 1.0f};
+    T_CHECK(nv_config_rope_yarn(&c, &y) == NV_OK, "%s", nv_errmsg());
+    c.attn_temp_scale = 0.5f, c.attn_temp_len = 2;
+    check_fd(&c, 2, 6);
+}
+
 /* c with Gemma's block: every part of Gemma 2 and 3's, the window (7) shorter than the tests' windows */
 static nv_config with_gemma_block(nv_config c) {
     c.swa_window = 7, c.swa_period = 2, c.rope_theta_swa = 10000.0f, c.ffn_gelu = 1, c.post_norms = 1;
@@ -1330,6 +1340,7 @@ int main(void) {
     T_RUN(test_fd_partial_rotary);
     T_RUN(test_fd_gemma);
     T_RUN(test_fd_olmo2);
+    T_RUN(test_fd_mistral3);
     T_RUN(test_fd_granite);
     T_RUN(test_fd_mha_separate);
     T_RUN(test_fd_moe);

@@ -116,6 +116,8 @@ static int model_info(const char *path) {
     if (nv_config_rope_mscale(c) != 1.0f) printf(", cos and sin x %g", (double)nv_config_rope_mscale(c));
     if (c->rope_theta_swa != 0.0f) printf("; windowed layers theta %g, unscaled", (double)c->rope_theta_swa);
     if (c->nope_period) printf("; none in the last layer of every %d", c->nope_period);
+    if (c->attn_temp_scale != 0.0f) /* Ministral 3's */
+        printf("; queries x 1 + %g ln(1 + floor(position / %d))", (double)c->attn_temp_scale, c->attn_temp_len);
     printf("\n");
     if (c->swa_window) printf("window:   %d positions in %d of %d layers\n", c->swa_window, nv_config_windowed_layers(c), c->n_layers);
     if (c->no_pre_norms) printf("block:    OLMo 2's: RMSNorm after the attention and the FFN, none before\n");

@@ -226,7 +226,7 @@ static void rows_task(void *ctx, int task, int n_tasks) {
     for (int t = task; t < j->n; t += n_tasks) {
         float *q = s->r.q + (size_t)t * q_dim, *k = s->r.k + (size_t)t * kv_dim;
         int p = s->row_pos[t];
-        nv_qkv_finish(j->m, l, q, k, s->r.v + (size_t)t * kv_dim, rope ? rope + (size_t)p * hd : NULL);
+        nv_qkv_finish(j->m, l, q, k, s->r.v + (size_t)t * kv_dim, rope ? rope + (size_t)p * hd : NULL, p);
         int blk = job_table(j, s->row_seq[t])[p / B], off = p % B;
         /* keys are stored transposed: [kv_dim][B] */
         size_t kat = nv_kv_keys_at(j->kv, blk, kl) + off, vat = nv_kv_values_at(j->kv, blk, kl) + (size_t)off * hd;

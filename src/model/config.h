@@ -7,6 +7,7 @@
 #ifndef NV_CONFIG_H
 #define NV_CONFIG_H
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -34,7 +35,7 @@ typedef struct {
 } nv_rope_llama3;
 /* nv_config's fields after qkv_bias left empty (no RoPE scaling, no experts), for positional
  * nv_config initializers */
-#define NV_CONFIG_PLAIN {0, 0, 0, 0, 0, 0}, {0, 0, 0, 0}, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, {0}, 0
+#define NV_CONFIG_PLAIN {0, 0, 0, 0, 0, 0}, {0, 0, 0, 0}, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, {0}, 0, 0, 0
 
 typedef struct {
     int dim;          /* residual stream width */
@@ -102,6 +103,11 @@ typedef struct {
     /* OLMo 2's block: no RMSNorm before the attention and the FFN, which read the residual stream as
      * it is (post_norms then norm their outputs); 0: llama's norms before each */
     int no_pre_norms;
+    /* Ministral 3's attention temperature (llama.cpp's mistral3 attention.temperature_scale,
+     * transformers' llama_4_scaling_beta): a query at position p is multiplied by
+     * 1 + attn_temp_scale * ln(1 + floor(p / attn_temp_len)), exactly 1 before attn_temp_len; 0: none */
+    float attn_temp_scale;
+    int attn_temp_len;
 } nv_config;
 
 #define NV_QK_NORM_WHOLE 2
@@ -131,6 +137,10 @@ static inline int nv_config_windowed_layers(const nv_config *c) {
 }
 /* Whether layer l rotates its queries and keys (SmolLM3's every fourth does not). */
 static inline int nv_config_layer_roped(const nv_config *c, int l) { return !c->nope_period || (l + 1) % c->nope_period != 0; }
+/* What Ministral 3's attention temperature multiplies a query at position p by (1 without it). */
+static inline float nv_config_attn_temp(const nv_config *c, int p) {
+    return c->attn_temp_scale != 0.0f ? 1.0f + c->attn_temp_scale * logf(1.0f + (float)(p / c->attn_temp_len)) : 1.0f;
+}
 /* Whether c has Granite's residual or logit multipliers. */
 static inline int nv_config_granite(const nv_config *c) { return c->residual_scale != 0.0f || c->logit_div != 0.0f; }
 /* What each branch is multiplied by before it joins the residual stream (1 but in Granite). */

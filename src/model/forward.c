@@ -624,7 +624,7 @@ void nv_layer_tail(const nv_model *m, int l, int n, nv_rows *r, const nv_adapter
     if (apart2) branch_residual(&res2, xb, post ? m->w.post_ffn + (size_t)l * d : NULL, c->norm_eps);
 }
 
-void nv_qkv_finish(const nv_model *m, int l, float *q, float *k, float *v, const float *cs) {
+void nv_qkv_finish(const nv_model *m, int l, float *q, float *k, float *v, const float *cs, int pos) {
     const nv_config *c = &m->config;
     const int hd = c->head_dim;
     if (c->qkv_bias) {
@@ -639,9 +639,13 @@ void nv_qkv_finish(const nv_model *m, int l, float *q, float *k, float *v, const
         for (int at = 0; at < nv_config_q_dim(c); at += qn) nv_rmsnorm(q + at, q + at, m->w.q_norm + (size_t)l * qn, qn, c->norm_eps);
         for (int at = 0; at < nv_config_kv_dim(c); at += kn) nv_rmsnorm(k + at, k + at, m->w.k_norm + (size_t)l * kn, kn, c->norm_eps);
     }
-    if (!cs) return;
-    nv_rope_apply(q, c->n_heads, hd, cs);
-    nv_rope_apply(k, c->n_kv_heads, hd, cs);
+    if (cs) {
+        nv_rope_apply(q, c->n_heads, hd, cs);
+        nv_rope_apply(k, c->n_kv_heads, hd, cs);
+    }
+    const float temp = nv_config_attn_temp(c, pos);
+    if (temp != 1.0f)
+        for (int i = 0; i < nv_config_q_dim(c); i++) q[i] *= temp;
 }
 
 typedef struct {
@@ -661,7 +665,7 @@ static void qkv_rows_task(void *ctx, int task, int n_tasks) {
     for (int t = task; t < j->n; t += n_tasks) {
         float *q = s->r.q + (size_t)t * q_dim, *k = s->r.k + (size_t)t * kv_dim;
         const int p = j->pos + t;
-        nv_qkv_finish(j->m, j->l, q, k, s->r.v + (size_t)t * kv_dim, rope ? rope + (size_t)p * hd : NULL);
+        nv_qkv_finish(j->m, j->l, q, k, s->r.v + (size_t)t * kv_dim, rope ? rope + (size_t)p * hd : NULL, p);
         /* per head: [kv_heads][slots][hd]; in a ring at p % ring and again a ring later */
         const int slots = s->layer_slots[j->l], ring = layer_ring(s, j->l);
         for (int copy = 0; copy < (ring ? 2 : 1); copy++)

@@ -126,8 +126,9 @@ void nv_attn_softcap(float *att, size_t ld, int from, int p0, int rows, float ca
 /* h[i] = gelu(h[i]) * g[i], GELU's tanh form (Gemma's gating). */
 void nv_gelu_mul(float *h, const float *g, int n);
 /* One row's query, key and value of layer l after their projections: the biases (Qwen2), QK-norm
- * (Qwen3), then RoPE of the query and key heads by the angles cs of its position (none when cs is
- * NULL) (shared by the single-sequence and the batched forward). */
-void nv_qkv_finish(const nv_model *m, int l, float *q, float *k, float *v, const float *cs);
+ * (Qwen3), then RoPE of the query and key heads by the angles cs of its position pos (none when cs
+ * is NULL), then the query's attention temperature at pos (Ministral 3's) (shared by the
+ * single-sequence and the batched forward). */
+void nv_qkv_finish(const nv_model *m, int l, float *q, float *k, float *v, const float *cs, int pos);
 
 #endif

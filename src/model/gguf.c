@@ -730,6 +730,7 @@ static const char *arch_of(const nv_config *c) {
            : c->ffn_gelu              ? gemma_arch(c)
            : c->nope_period           ? "smollm3"
            : phi3_form(c)             ? "phi3"
+           : c->attn_temp_scale != 0.0f ? "mistral3"
                                       : arch_name(c->qk_norm, c->qkv_bias, c->n_experts);
 }
 
@@ -769,18 +770,19 @@ static nv_err config_of(const nv_gguf *g, nv_config *c, int *neox) {
     if (!arch_s) return nv_fail(NV_EFORMAT, "%s: general.architecture is missing", g->path);
     char shown_arch[128], k[96];
     const int qwen3moe = name_is(arch_s, n, "qwen3moe"), qwen3 = qwen3moe || name_is(arch_s, n, "qwen3"),
-              qwen2 = name_is(arch_s, n, "qwen2"), llama = name_is(arch_s, n, "llama"), phi3 = name_is(arch_s, n, "phi3"),
+              mistral3 = name_is(arch_s, n, "mistral3"), /* Ministral 3's: llama's block, its own YaRN and attention temperature */
+              qwen2 = name_is(arch_s, n, "qwen2"), llama = mistral3 || name_is(arch_s, n, "llama"), phi3 = name_is(arch_s, n, "phi3"),
               gemma3 = name_is(arch_s, n, "gemma3"), gemma2 = name_is(arch_s, n, "gemma2"), gemma1 = name_is(arch_s, n, "gemma"),
               gemma = gemma1 || gemma2 || gemma3, smollm3 = name_is(arch_s, n, "smollm3"),
               granitemoe = name_is(arch_s, n, "granitemoe"), granite = granitemoe || name_is(arch_s, n, "granite"),
               olmo2 = name_is(arch_s, n, "olmo2");
     if (!llama && !qwen3 && !qwen2 && !phi3 && !gemma && !smollm3 && !granite && !olmo2)
         return nv_fail(NV_EUNSUPPORTED,
-                       "%s: architecture '%s' is not supported (llama, qwen2, qwen3, qwen3moe, phi3, gemma, gemma2, gemma3, smollm3, granite, "
-                       "granitemoe or olmo2)",
+                       "%s: architecture '%s' is not supported (llama, mistral3, qwen2, qwen3, qwen3moe, phi3, gemma, gemma2, gemma3, smollm3, "
+                       "granite, granitemoe or olmo2)",
                        g->path, nv_gguf_shown(arch_s, n, shown_arch, sizeof shown_arch));
     const char *arch = phi3 ? "phi3" : gemma3 ? "gemma3" : gemma2 ? "gemma2" : gemma1 ? "gemma" : smollm3 ? "smollm3"
-                       : granitemoe ? "granitemoe" : granite ? "granite" : olmo2 ? "olmo2"
+                       : granitemoe ? "granitemoe" : granite ? "granite" : olmo2 ? "olmo2" : mistral3 ? "mistral3"
                                                              : arch_name(qwen3, qwen2, qwen3moe);
     if (neox) *neox = qwen3 || qwen2 || phi3 || gemma || olmo2;
     int64_t dim, hidden, layers, heads, kv_heads, ctx, head_dim, v_dim, rot;
@@ -855,13 +857,15 @@ static nv_err config_of(const nv_gguf *g, nv_config *c, int *neox) {
         NV_TRY(get_float(g, akey(k, sizeof k, arch, "rope.scaling.yarn_beta_fast"), 32.0f, &y.beta_fast));
         NV_TRY(get_float(g, akey(k, sizeof k, arch, "rope.scaling.yarn_beta_slow"), 1.0f, &y.beta_slow));
         NV_TRY(get_float(g, akey(k, sizeof k, arch, "rope.scaling.yarn_log_multiplier"), 0.0f, &log_mul));
-        if (log_mul != 0.0f)
+        if (log_mul != 0.0f && !mistral3)
             return nv_fail(NV_EUNSUPPORTED, "%s: YaRN with a log multiplier (DeepSeek's attention scaling) is not supported", g->path);
-        if (orig < 1 || orig > (1 << 30) || !(attn > 0.0f && attn < 1e3f))
-            return nv_fail(NV_EFORMAT, "%s: YaRN's original context %lld or attention factor %g is out of range", g->path, (long long)orig,
-                           (double)attn);
+        if (orig < 1 || orig > (1 << 30) || !(attn > 0.0f && attn < 1e3f) || !(log_mul >= 0.0f && log_mul < 1e3f))
+            return nv_fail(NV_EFORMAT, "%s: YaRN's original context %lld, attention factor %g or log multiplier %g is out of range", g->path,
+                           (long long)orig, (double)attn, (double)log_mul);
         y.factor = factor, y.orig_ctx = (int)orig;
-        y.attn_factor = (float)(attn * nv_yarn_mscale(factor));
+        /* mistral3's multiplier is transformers' mscale_all_dim, which divides YaRN's own: 1 (Ministral 3's) leaves the
+           cos and sin unscaled, as transformers and llama.cpp run it */
+        y.attn_factor = (float)(attn * nv_yarn_mscale(factor) / (mistral3 ? 0.1 * log_mul * log(factor > 1.0f ? factor : 1.0f) + 1.0 : 1.0));
     }
     const int linear = !yarn && factor != 1.0f && factor != 0.0f; /* llama.cpp divides by the factor whatever the type says */
     if (linear && !(factor > 0.0f && factor < 1e6f))
@@ -954,6 +958,15 @@ static nv_err config_of(const nv_gguf *g, nv_config *c, int *neox) {
     c->qk_norm = qwen3; /* gemma3's: gemma_rules */
     c->qkv_bias = qwen2;
     if (smollm3) c->nope_period = 4; /* llama.cpp's SmolLM3: every fourth layer without RoPE (no key says it) */
+    if (mistral3) { /* the queries' temperature, over YaRN's original context unless the file says another length */
+        int64_t temp_len = 0;
+        NV_TRY(get_float(g, "mistral3.attention.temperature_scale", 0.0f, &c->attn_temp_scale));
+        NV_TRY(get_int(g, "mistral3.attention.temperature_length", yarn ? y.orig_ctx : 0, &temp_len));
+        if (c->attn_temp_scale != 0.0f && (temp_len < 1 || temp_len > (1 << 30)))
+            return nv_fail(NV_EFORMAT, "%s: mistral3's attention temperature needs a length (attention.temperature_length, or YaRN's original "
+                                       "context), not %lld", g->path, (long long)temp_len);
+        c->attn_temp_len = c->attn_temp_scale != 0.0f ? (int)temp_len : 0;
+    }
     if (gemma) gemma_rules(c, arch, (int)window, softcap, attn_softcap);
     if (granite) nv_config_set_granite(c, granite_m[0], granite_m[1], granite_m[2], granite_m[3]);
     if (olmo2) {
@@ -2331,6 +2344,10 @@ nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name
         return nv_fail(NV_EUNSUPPORTED,
                        "%s: not written: no GGUF architecture holds this model's mix of the Gemma family's, SmolLM3's, Granite's or OLMo 2's parts",
                        path);
+    if (c->attn_temp_scale != 0.0f && (c->qk_norm || c->qkv_bias || nv_config_gemma_block(c) || c->nope_period || nv_config_granite(c) ||
+                                       olmo2 || phi3_form(c) || c->rope_dim))
+        return nv_fail(NV_EUNSUPPORTED, "%s: not written: Ministral 3's attention temperature beside this model's other parts has no GGUF "
+                                        "architecture", path);
     if (phi3_form(c) && tok && !nv_tokenizer_strips_after_special(tok) && nv_tokenizer_strip_rule_matters(tok)) /* the reader's rule for phi3 */
         return nv_fail(NV_EUNSUPPORTED, "%s: not written: a phi3 file's SentencePiece vocabulary takes Phi-3's white-space rule after its "
                                         "special tokens, which this one does not have (write the model without it)", path);
@@ -2442,11 +2459,19 @@ nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name
         kv_str(&b, akey(k, sizeof k, arch, "rope.scaling.type"), "yarn");
         kv_f32(&b, akey(k, sizeof k, arch, "rope.scaling.factor"), c->yarn.factor);
         kv_u32(&b, akey(k, sizeof k, arch, "rope.scaling.original_context_length"), (uint32_t)c->yarn.orig_ctx);
-        const double attn = c->yarn.attn_factor / nv_yarn_mscale(c->yarn.factor); /* llama.cpp multiplies it back */
+        /* llama.cpp multiplies it back, but in mistral3 divides it again by the log multiplier's (1 here) */
+        const int mistral3 = c->attn_temp_scale != 0.0f;
+        const double attn = c->yarn.attn_factor / (mistral3 ? 1.0 : nv_yarn_mscale(c->yarn.factor));
         kv_f32(&b, akey(k, sizeof k, arch, "rope.scaling.attn_factor"), fabs(attn - 1) < 1e-6 ? 1.0f : (float)attn);
         kv_f32(&b, akey(k, sizeof k, arch, "rope.scaling.yarn_beta_fast"), c->yarn.beta_fast);
         kv_f32(&b, akey(k, sizeof k, arch, "rope.scaling.yarn_beta_slow"), c->yarn.beta_slow);
+        if (mistral3) kv_f32(&b, akey(k, sizeof k, arch, "rope.scaling.yarn_log_multiplier"), 1.0f), n_kv++;
         n_kv += 6;
+    }
+    if (c->attn_temp_scale != 0.0f) {
+        kv_f32(&b, "mistral3.attention.temperature_scale", c->attn_temp_scale);
+        kv_u32(&b, "mistral3.attention.temperature_length", (uint32_t)c->attn_temp_len);
+        n_kv += 2;
     }
     if (tok) n_kv += (uint64_t)vocab_kvs(&b, tok);
     if (chat_template) kv_str(&b, "tokenizer.chat_template", chat_template), n_kv++;

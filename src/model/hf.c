@@ -1766,6 +1766,8 @@ nv_err nv_hf_save(const nv_model *m, const nv_tokenizer *tok, const char *dir, n
     if (c->rope_attn != 0.0f && !(phi3 && c->n_rope_factors)) /* transformers' only carrier of it: longrope's */
         return nv_fail(NV_EUNSUPPORTED, "%s: RoPE's attention factor without LongRoPE's divisors has no form in config.json (export GGUF instead)",
                        dir);
+    if (c->attn_temp_scale != 0.0f)
+        return nv_fail(NV_EUNSUPPORTED, "%s: Ministral 3's attention temperature is not written to config.json (export GGUF instead)", dir);
     if (c->qk_norm && c->qkv_bias) return nv_fail(NV_EUNSUPPORTED, "%s: no model type has both QK-norm and projection biases", dir);
     if (c->rope_dim && !phi3) /* transformers reads partial_rotary_factor in phi3's folders */
         return nv_fail(NV_EUNSUPPORTED, "%s: RoPE on %d of each head's %d values beside this model's other parts has no form in config.json "

@@ -347,6 +347,8 @@ nv_err nv_model_save_v1(const nv_model *m, const char *path) {
     if (nv_config_granite(c))
         return nv_fail(NV_EUNSUPPORTED, "%s: llama2.c v1 has no place for %s (GGUF has: name the output .gguf)", path, nv_config_granite_block(c));
     if (c->nope_period) return nv_fail(NV_EUNSUPPORTED, "%s: llama2.c v1 has no layers without RoPE (GGUF has: name the output .gguf)", path);
+    if (c->attn_temp_scale != 0.0f)
+        return nv_fail(NV_EUNSUPPORTED, "%s: llama2.c v1 has no attention temperature (GGUF has: name the output .gguf)", path);
     if (c->rope_dim) return nv_fail(NV_EUNSUPPORTED, "%s: llama2.c v1 rotates whole heads (this model %d of %d values)", path, c->rope_dim, c->head_dim);
     if (c->qk_norm || c->head_dim * c->n_heads != c->dim)
         return nv_fail(NV_EUNSUPPORTED, "%s: llama2.c v1 cannot hold this shape (head_dim %d x %d heads != dim %d%s; GGUF can: name the output .gguf)",

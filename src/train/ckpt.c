@@ -10,14 +10,14 @@
 #include "model/lora.h"
 
 static const char CKPT_MAGIC[8] = {'N', 'V', 'C', 'K', 'P', 'T', '0', '1'};
-#define CKPT_VERSION 11u
+#define CKPT_VERSION 12u
 /* version 1's header: the fields before the LoRA ones; version 2's: before the RoPE ones; version 3's:
  * before the layers without RoPE; version 4's: before the Gemma block's; version 5's: before Granite's;
  * version 6's and 7's: before LongRoPE's short set, rope_dim a reserved 0 in 6 (version 7 gives it
  * partial rotation, which version 6 readers would have run as whole); version 8's is version 9's
  * size, its no_pre_norms a reserved 0 (version 9 gives it OLMo 2's block, and QK-norm 2, which
  * version 8 readers refuse); version 9's: before the best validation loss; version 10's: before
- * the length --time-budget decided */
+ * the length --time-budget decided; version 11's: before the attention temperature */
 #define CKPT_V1_HEADER offsetof(nv_ckpt_header, lora_rank)
 #define CKPT_V2_HEADER offsetof(nv_ckpt_header, n_rope_factors)
 #define CKPT_V3_HEADER offsetof(nv_ckpt_header, nope_period)
@@ -26,6 +26,7 @@ static const char CKPT_MAGIC[8] = {'N', 'V', 'C', 'K', 'P', 'T', '0', '1'};
 #define CKPT_V7_HEADER offsetof(nv_ckpt_header, longrope_orig)
 #define CKPT_V9_HEADER offsetof(nv_ckpt_header, best_step)
 #define CKPT_V10_HEADER offsetof(nv_ckpt_header, budget_steps)
+#define CKPT_V11_HEADER offsetof(nv_ckpt_header, attn_temp_scale)
 _Static_assert(offsetof(nv_ckpt_header, lora_rank) == 120, "version 1's header is 120 bytes");
 _Static_assert(offsetof(nv_ckpt_header, n_rope_factors) == 144, "version 2's header is 144 bytes");
 _Static_assert(offsetof(nv_ckpt_header, nope_period) == 1216, "version 3's header is 1216 bytes");
@@ -34,7 +35,8 @@ _Static_assert(offsetof(nv_ckpt_header, residual_scale) == 1264, "version 5's he
 _Static_assert(offsetof(nv_ckpt_header, longrope_orig) == 1272, "versions 6 and 7's header is 1272 bytes");
 _Static_assert(CKPT_V9_HEADER == 2304, "versions 8 and 9's header is 2304 bytes");
 _Static_assert(CKPT_V10_HEADER == 2320, "version 10's header is 2320 bytes");
-_Static_assert(sizeof(nv_ckpt_header) == 2328, "version 11's header is 2328 bytes (docs/formats.md)");
+_Static_assert(CKPT_V11_HEADER == 2328, "version 11's header is 2328 bytes");
+_Static_assert(sizeof(nv_ckpt_header) == 2336, "version 12's header is 2336 bytes (docs/formats.md)");
 
 void nv_ckpt_header_set_config(nv_ckpt_header *h, const nv_config *c) {
     h->dim = c->dim;
@@ -58,6 +60,7 @@ void nv_ckpt_header_set_config(nv_ckpt_header *h, const nv_config *c) {
     h->rope_dim = c->rope_dim;
     h->longrope_orig = c->longrope_orig;
     h->no_pre_norms = c->no_pre_norms;
+    h->attn_temp_scale = c->attn_temp_scale, h->attn_temp_len = c->attn_temp_len;
     memcpy(h->rope_factors_short, c->rope_factors_short, sizeof h->rope_factors_short);
     h->rope_theta = c->rope_theta;
     h->norm_eps = c->norm_eps;
@@ -94,6 +97,7 @@ void nv_ckpt_header_get_config(const nv_ckpt_header *h, nv_config *c) {
     c->rope_dim = h->rope_dim;
     c->longrope_orig = h->longrope_orig;
     c->no_pre_norms = h->no_pre_norms;
+    c->attn_temp_scale = h->attn_temp_scale, c->attn_temp_len = h->attn_temp_len;
     memcpy(c->rope_factors_short, h->rope_factors_short, sizeof c->rope_factors_short);
     c->rope_theta = h->rope_theta;
     c->norm_eps = h->norm_eps;
@@ -149,7 +153,7 @@ nv_err nv_ckpt_load(const char *path, nv_ckpt *out) {
     if ((e = nv_read_u32(&r, &hbytes, "header size"))) goto fail;
     const size_t want_h = version == 1 ? CKPT_V1_HEADER : version == 2 ? CKPT_V2_HEADER : version == 3 ? CKPT_V3_HEADER
                           : version == 4 ? CKPT_V4_HEADER : version == 5 ? CKPT_V5_HEADER : version <= 7 ? CKPT_V7_HEADER
-                          : version <= 9 ? CKPT_V9_HEADER : version == 10 ? CKPT_V10_HEADER : sizeof out->h;
+                          : version <= 9 ? CKPT_V9_HEADER : version == 10 ? CKPT_V10_HEADER : version == 11 ? CKPT_V11_HEADER : sizeof out->h;
     if (hbytes != want_h) {
         e = nv_fail(NV_EFORMAT, "%s: header size %u, expected %zu", path, hbytes, want_h);
         goto fail;

@@ -1,9 +1,9 @@
 /* Training checkpoints: weights, AdamW state, step, data cursor and run identity in one file.
  *
  *   "NVCKPT01"  8-byte magic
- *   uint32      format version (10; versions 1 to 9, whose headers end earlier, are read)
+ *   uint32      format version (12; versions 1 to 11, whose headers end earlier, are read)
  *   uint32      header bytes (sizeof nv_ckpt_header; 120, 144, 1216, 1224, 1264 in versions 1 to 5, 1272 in 6 and 7,
- *               2304 in 8 and 9)
+ *               2304 in 8 and 9, 2320 in 10, 2328 in 11)
  *   header      config, counters, cursor, n_params, batch/seq/accum/seed of the run, LoRA shape
  *   fp32        params[n], adam m[n], adam v[n] (a LoRA run's: the adapters')
  *   uint64      checksum of everything before it
@@ -71,6 +71,9 @@ typedef struct {
     /* version 11: the run's length in steps as --time-budget decided it (0: not decided, or a run of
        --steps; older files read as 0) */
     int64_t budget_steps;
+    /* version 12: Ministral 3's attention temperature (nv_config's); older files read as none */
+    float attn_temp_scale;
+    int32_t attn_temp_len;
 } nv_ckpt_header;
 
 void nv_ckpt_header_set_config(nv_ckpt_header *h, const nv_config *c);

@@ -1374,9 +1374,16 @@ static void pre_norm_back(float *dx, const float *dres, float *dw, const float *
 }
 
 /* Rotates layer l's queries and keys (sign 1) or their gradients back (-1) with the layer's table:
-   none for SmolLM3's unrotated layers, the windowed layers' own when they have one. */
+   none for SmolLM3's unrotated layers, the windowed layers' own when they have one; and scales the
+   queries (or their gradients, by the same factor) by Ministral 3's attention temperature of their
+   positions in the window. */
 static void rope_layer(const nv_tmodel *tm, int l, const scratch_ptrs *s, float *q, float *k, float sign) {
     const nv_config *c = &tm->m.config;
+    const int qd = nv_config_q_dim(c);
+    for (int r = 0; c->attn_temp_scale != 0.0f && r < tm->B * tm->T; r++) {
+        const float temp = nv_config_attn_temp(c, r % tm->T);
+        for (int i = 0; temp != 1.0f && i < qd; i++) q[(size_t)r * qd + i] *= temp;
+    }
     const float *cosv = nv_rope_of_layer(c, s->rope_cos, c->rope_theta_swa != 0.0f ? s->swa_cos : NULL, l);
     if (!cosv) return;
     const float *sinv = cosv == s->swa_cos ? s->swa_sin : s->rope_sin;
