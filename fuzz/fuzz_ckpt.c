@@ -13,7 +13,7 @@
  * multipliers (1272), version 7 partial rotation (in a field version 6 reserved), version 8
  * LongRoPE's short set, version 9 OLMo 2's block (in a field version 8 reserved, and QK-norm 2),
  * version 10 the best validation loss (2320), version 11 the length --time-budget decided (2328),
- * version 12 Ministral 3's attention temperature (2336); an older header must read none of the later fields, an accepted best must lie within the run, and a
+ * version 12 Ministral 3's attention temperature and the mistral3 name (2344); an older header must read none of the later fields, an accepted best must lie within the run, and a
  * decided length must be none or at least the steps done. */
 #include <math.h>
 #include <stddef.h>
@@ -118,7 +118,7 @@ static void try_load(const uint8_t *data, size_t size) {
              "a best validation loss out of range accepted");
     FZ_CHECK(version >= 9 || (ck.h.no_pre_norms == 0 && ck.h.qk_norm <= 1), "a version %u header read OLMo 2's block", version);
     FZ_CHECK(version >= 11 || ck.h.budget_steps == 0, "a version %u header read a decided length", version);
-    FZ_CHECK(version >= 12 || (ck.h.attn_temp_scale == 0.0f && ck.h.attn_temp_len == 0), "a version %u header read an attention temperature",
+    FZ_CHECK(version >= 12 || (ck.h.attn_temp_scale == 0.0f && ck.h.attn_temp_len == 0 && !ck.h.arch_mistral3), "a version %u header read an attention temperature",
              version);
     FZ_CHECK(ck.h.budget_steps == 0 || (ck.h.budget_steps >= ck.h.step && ck.h.budget_steps <= INT32_MAX),
              "a decided length of %lld at step %lld accepted", (long long)ck.h.budget_steps, (long long)ck.h.step);

@@ -40,7 +40,7 @@ static inline int fz_fits_v1(const nv_config *c) {
     return !c->qk_norm && c->head_dim * c->n_heads == c->dim && c->rope_theta == 10000.0f && c->norm_eps == 1e-5f &&
            !c->n_rope_factors && !c->rope_attn && !c->qkv_bias && !c->n_experts && !c->swa_window && !c->ffn_gelu && !c->post_norms &&
            c->emb_scale == 0.0f && c->attn_div == 0.0f && c->logit_softcap == 0.0f && c->attn_softcap == 0.0f && !c->nope_period &&
-           c->residual_scale == 0.0f && c->logit_div == 0.0f && !c->rope_dim;
+           c->residual_scale == 0.0f && c->logit_div == 0.0f && !c->rope_dim && c->attn_temp_scale == 0.0f;
 }
 
 /* The same, the name ending in suffix (for loaders that know a file by its name's ending). */

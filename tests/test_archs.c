@@ -50,7 +50,7 @@ static nv_config gemma_config(int gen) {
     if (gen == 12) { /* Ministral 3 (mistral3): llama's block, YaRN whose cos and sin keep their size, the queries' temperature from position 8 */
         nv_rope_yarn y = {.factor = 4.0f, .orig_ctx = 8, .beta_fast = 32.0f, .beta_slow = 1.0f, .attn_factor = 1.0f};
         T_CHECK(nv_config_rope_yarn(&c, &y) == NV_OK, "%s", nv_errmsg());
-        c.attn_temp_scale = 3.0f, c.attn_temp_len = 8; /* (large: the queries change by 3x and more) */
+        c.attn_temp_scale = 3.0f, c.attn_temp_len = 8, c.arch_mistral3 = 1; /* (large: the queries change by 3x and more) */
         return c;
     }
     if (gen >= 10) { /* OLMo 2: norms after the branches only, QK-norm over whole projections; OLMo 3: its window too */
@@ -338,6 +338,17 @@ static void gguf_round_trip(int gen) {
         T_CHECK(nv_file_read_all(path, &bytes, &len) == NV_OK, "%s", nv_errmsg());
         char *at = bytes ? memmem(bytes, len, key, sizeof key - 1) : NULL, *m_at = bytes ? memmem(bytes, len, mul, sizeof mul - 1) : NULL;
         T_CHECK(at && m_at, "the temperature's length and the log multiplier written");
+        static const char rot_key[] = "mistral3.rope.dimension_count";
+        char *rot_at = bytes ? memmem(bytes, len, rot_key, sizeof rot_key - 1) : NULL;
+        if (rot_at) { /* RoPE on half of each head: llama.cpp's mistral3 refuses it, and so does nerve */
+            nv_config pc;
+            const uint32_t half = (uint32_t)c.head_dim / 2;
+            memcpy(rot_at + sizeof rot_key - 1 + 4, &half, 4);
+            T_CHECK(nv_model_read_config(t_write("m3-rot.gguf", bytes, len), &pc) == NV_EUNSUPPORTED && strstr(nv_errmsg(), "mistral3 with RoPE on"),
+                    "mistral3 with partial rotation: %s", nv_errmsg());
+            const uint32_t whole = (uint32_t)c.head_dim;
+            memcpy(rot_at + sizeof rot_key - 1 + 4, &whole, 4);
+        }
         if (at && m_at) {
             nv_config pc;
             at[sizeof key - 2] = 'X'; /* another key: the length left out */
@@ -348,6 +359,15 @@ static void gguf_round_trip(int gen) {
             T_CHECK(nv_model_read_config(t_write("m3-mul.gguf", bytes, len), &pc) == NV_OK &&
                         fabs(pc.yarn.attn_factor - (1 + 0.1 * log(4.0)) / (1 + 0.05 * log(4.0))) < 1e-6,
                     "a log multiplier of 0.5: %g", (double)pc.yarn.attn_factor);
+            const float near_one = 1.0000005f; /* a factor a hair under 1 is written as it is, not as 1 */
+            memcpy(m_at + sizeof mul - 1 + 4, &near_one, 4);
+            nv_model near = m;
+            nv_config again;
+            T_CHECK(nv_model_read_config(t_write("m3-near.gguf", bytes, len), &near.config) == NV_OK && near.config.yarn.attn_factor != 1.0f,
+                    "a log multiplier of 1.0000005: %s", nv_errmsg());
+            T_CHECK(nv_gguf_save(&near, NULL, "m3", t_path("m3-near2.gguf"), NV_GGUF_F32, NULL, NULL) == NV_OK &&
+                        nv_model_read_config(t_path("m3-near2.gguf"), &again) == NV_OK && again.yarn.attn_factor == near.config.yarn.attn_factor,
+                    "the factor %.9g written back as %.9g", (double)near.config.yarn.attn_factor, (double)again.yarn.attn_factor);
         }
         free(bytes);
         char args[800];
@@ -397,9 +417,25 @@ static void granitemoe_round_trip(void) {
     nv_model_free(&m);
 }
 
+/* mistral3 without the temperature or YaRN (Mistral Small 3.x and Magistral as llama.cpp now converts
+ * them: llama's block under that name) reads as llama's block and is written back under its name. */
+static void mistral3_plain_round_trip(void) {
+    nv_config c = {32, 48, 2, 4, 2, 16, 67, 64, 1000000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_CONFIG_PLAIN};
+    c.arch_mistral3 = 1;
+    nv_model m, r;
+    if (!gemma_model(&m, &c, 23)) return;
+    char path[700];
+    snprintf(path, sizeof path, "%s", t_path("m3plain.gguf"));
+    T_CHECK(nv_gguf_save(&m, NULL, "m3", path, NV_GGUF_F32, NULL, NULL) == NV_OK && gguf_arch_is(path, "mistral3"), "%s", nv_errmsg());
+    T_CHECK(nv_model_load(path, &r) == NV_OK && !memcmp(&r.config, &c, sizeof c), "mistral3 read back: %s", nv_errmsg());
+    nv_model_free(&r);
+    nv_model_free(&m);
+}
+
 static void test_gguf_round_trip(void) {
     for (int i = 0; i < N_KINDS; i++) gguf_round_trip(kinds[i]);
     granitemoe_round_trip();
+    mistral3_plain_round_trip();
 }
 
 /* What has no place for these parts says so: llama2.c's format, a Hugging Face folder, a GGUF file
@@ -417,9 +453,14 @@ static void test_refusals_and_info(void) {
             "llama2.c v1 took Granite: %s", nv_errmsg());
     nv_model m3 = m; /* nor Ministral 3's attention temperature, which a folder of nerve's would not say */
     m3.config = gemma_config(12);
-    T_CHECK(nv_model_save_v1(&m3, t_path("m3.bin")) == NV_EUNSUPPORTED && nv_hf_save(&m3, NULL, t_path("m3hf"), NV_HF_F32, NULL) == NV_EUNSUPPORTED &&
+    T_CHECK(!nv_config_fits_v1(&m3.config) && nv_model_save_v1(&m3, t_path("m3.bin")) == NV_EUNSUPPORTED &&
+                nv_hf_save(&m3, NULL, t_path("m3hf"), NV_HF_F32, NULL) == NV_EUNSUPPORTED &&
                 strstr(nv_errmsg(), "attention temperature"),
             "llama2.c v1 or a folder took Ministral 3's temperature: %s", nv_errmsg());
+    nv_config v1_shape = {32, 48, 2, 4, 2, 8, 67, 64, 10000.0f, 1e-5f, 1, 0, 0, {0}, 0, NV_CONFIG_PLAIN};
+    T_CHECK(nv_config_fits_v1(&v1_shape), "llama2.c v1's shape");
+    v1_shape.attn_temp_scale = 0.1f, v1_shape.attn_temp_len = 8; /* (a run would pick model.bin for it) */
+    T_CHECK(!nv_config_fits_v1(&v1_shape), "llama2.c v1 said to fit Ministral 3's temperature");
     m3.config.qk_norm = 1; /* nor a GGUF architecture beside QK-norm */
     T_CHECK(nv_gguf_save(&m3, NULL, "m3", t_path("m3q.gguf"), NV_GGUF_F32, NULL, NULL) == NV_EUNSUPPORTED && strstr(nv_errmsg(), "temperature"),
             "the temperature beside QK-norm was written: %s", nv_errmsg());
@@ -1352,7 +1393,7 @@ static void finetune(int gen) {
             gen, nv_errmsg());
     snprintf(args, sizeof args, "generate -m '%s' -z '%s' -n 8 -t 0 -p Once", out, tok);
     T_CHECK(t_nerve(args) == 0 && t_out[0], "kind %d: generate from the run's model: %s", gen, t_err);
-    if (gen != 3 && gen != 5 && gen != 8 && gen != 10) return;
+    if (gen != 3 && gen != 5 && gen != 8 && gen != 10 && gen != 12) return;
     snprintf(args, sizeof args,
              "train --init-from '%s' -z '%s' --data '%s' --steps 6 --batch 2 --seq 24 --lr 3e-3 --lora-rank 4 --quiet --out '%s-lora'", model,
              tok, text, run);

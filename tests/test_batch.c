@@ -236,6 +236,19 @@ static void test_batch_equals_alone_moe(void) {
     nv_model_free(&m);
 }
 
+/* Ministral 3's queries' temperature, changing every 4 positions: each row takes its own position's
+ * factor in a batch as it does alone */
+static void test_batch_equals_alone_attn_temp(void) {
+    nv_config c = {48, 96, 2, 6, 2, 8, 300, 64, 10000.0f, 1e-6f, 1, 0, 0, {0}, 0, NV_CONFIG_PLAIN};
+    c.attn_temp_scale = 2.0f, c.attn_temp_len = 4, c.arch_mistral3 = 1;
+    nv_model m;
+    T_CHECK(nv_model_alloc(&m, &c) == NV_OK, "%s", nv_errmsg());
+    nv_model_init_random(&m, 19);
+    T_CHECK(nv_model_build_plans(&m, NV_ENGINE_SCALAR) == NV_OK, "%s", nv_errmsg());
+    check_model(&m, "attention temperature");
+    nv_model_free(&m);
+}
+
 /* The Gemma family's block: a sliding window of 5 on every other layer (blocks of 4 and 16 hold
  * positions both sides of its edge) with its own RoPE table, GELU gating, post-norms, scaled
  * embeddings, a score divisor of the model's, soft-capped scores and logits */
@@ -527,6 +540,7 @@ int main(void) {
     T_RUN(test_batch_equals_alone_qk_norm_gqa);
     T_RUN(test_batch_equals_alone_bias_rope_factors);
     T_RUN(test_batch_equals_alone_moe);
+    T_RUN(test_batch_equals_alone_attn_temp);
     T_RUN(test_batch_equals_alone_quantized);
     T_RUN(test_batch_rejects_bad_batches);
     T_RUN(test_kv_pool_accounting);

@@ -207,6 +207,12 @@ static void test_model_identity(void) {
     m.params[m.n_params - 1] += 1e-6f; /* the very last weight */
     T_CHECK(id != nv_prefix_model_id(&m, 16, NV_KV_F32), "weights ignored");
     m.params[m.n_params - 1] -= 1e-6f;
+    /* Ministral 3's query temperature changes later layers' keys and values: its scale and its length */
+    m.config.attn_temp_scale = 0.1f, m.config.attn_temp_len = 16;
+    const uint64_t temp = nv_prefix_model_id(&m, 16, NV_KV_F32);
+    m.config.attn_temp_len = 8;
+    T_CHECK(temp != id && nv_prefix_model_id(&m, 16, NV_KV_F32) != temp, "the attention temperature is not part of the identity");
+    m.config = c;
     nv_engine_id best = nv_engine_best();
     if (best != NV_ENGINE_SCALAR) {
         nv_model m2;

@@ -95,6 +95,7 @@ nv_err nv_config_validate(const nv_config *c) {
         return nv_fail(NV_EFORMAT, "model config: no_pre_norms must be 0 or 1, and 1 only beside post-norms");
     if (c->nope_period < 0 || c->nope_period > MAX_LAYERS)
         return nv_fail(NV_EFORMAT, "model config: a RoPE-less layer every %d is out of range", c->nope_period);
+    if (c->arch_mistral3 != 0 && c->arch_mistral3 != 1) return nv_fail(NV_EFORMAT, "model config: arch_mistral3 must be 0 or 1");
     if (!(c->attn_temp_scale >= 0.0f && c->attn_temp_scale <= 10.0f) || (c->attn_temp_scale != 0.0f && (c->attn_temp_len < 1 || c->attn_temp_len > (1 << 30))))
         return nv_fail(NV_EFORMAT, "model config: the attention temperature %g over %d positions is out of range", (double)c->attn_temp_scale,
                        c->attn_temp_len);
@@ -232,7 +233,7 @@ static const preset presets[] = {
     {"qwen3-0.6B", {1024, 3072, 28, 16, 8, 128, 151936, 4096, 1000000.0f, 1e-6f, 1, 1, 0, {0}, 0, NV_CONFIG_PLAIN}},
     /* Gemma 3 270M's shape (its embedding scale, sqrt(dim), set below) */
     {"gemma3-270m", {640, 2048, 18, 4, 1, 256, 262144, 32768, 1000000.0f, 1e-6f, 1, 1, 0, {0}, 0, {0, 0, 0, 0, 0, 0}, {0, 0, 0, 0}, 0, 0, 0,
-                     512, 6, 10000.0f, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, {0}, 0, 0, 0}},
+                     512, 6, 10000.0f, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, {0}, 0, 0, 0, 0}},
 };
 
 nv_err nv_config_preset(const char *name, nv_config *c) {

@@ -35,7 +35,7 @@ typedef struct {
 } nv_rope_llama3;
 /* nv_config's fields after qkv_bias left empty (no RoPE scaling, no experts), for positional
  * nv_config initializers */
-#define NV_CONFIG_PLAIN {0, 0, 0, 0, 0, 0}, {0, 0, 0, 0}, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, {0}, 0, 0, 0
+#define NV_CONFIG_PLAIN {0, 0, 0, 0, 0, 0}, {0, 0, 0, 0}, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, {0}, 0, 0, 0, 0
 
 typedef struct {
     int dim;          /* residual stream width */
@@ -108,6 +108,9 @@ typedef struct {
      * 1 + attn_temp_scale * ln(1 + floor(p / attn_temp_len)), exactly 1 before attn_temp_len; 0: none */
     float attn_temp_scale;
     int attn_temp_len;
+    /* 1: the model came as GGUF architecture mistral3 (Ministral 3, and Mistral Small 3.x and Magistral
+     * as llama.cpp now converts them), which it is written back as, with or without the temperature */
+    int arch_mistral3;
 } nv_config;
 
 #define NV_QK_NORM_WHOLE 2

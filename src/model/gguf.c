@@ -724,13 +724,15 @@ static int olmo2_form(const nv_config *c) {
            !nv_config_granite(c) && !c->rope_dim && !c->longrope_orig && (c->yarn.factor != 0.0f || linear_only(c)) &&
            (!c->swa_window || c->rope_theta_swa != 0.0f);
 }
+/* Whether c is written as mistral3: read as one, or with Ministral 3's attention temperature. */
+static int mistral3_form(const nv_config *c) { return c->arch_mistral3 || c->attn_temp_scale != 0.0f; }
 static const char *arch_of(const nv_config *c) {
     return nv_config_granite(c)      ? (c->n_experts ? "granitemoe" : "granite")
            : nv_config_olmo2_block(c) ? "olmo2"
            : c->ffn_gelu              ? gemma_arch(c)
            : c->nope_period           ? "smollm3"
            : phi3_form(c)             ? "phi3"
-           : c->attn_temp_scale != 0.0f ? "mistral3"
+           : mistral3_form(c)         ? "mistral3"
                                       : arch_name(c->qk_norm, c->qkv_bias, c->n_experts);
 }
 
@@ -878,6 +880,9 @@ static nv_err config_of(const nv_gguf *g, nv_config *c, int *neox) {
     /* Phi-3's LongRoPE (the 128k models, Phi-3.5, Phi-4-mini): a divisor per frequency for positions
        past the original context and another for the rest (nv_config.longrope_orig) */
     const int longrope = nv_gguf_tensor_find(g, "rope_factors_long.weight") || nv_gguf_tensor_find(g, "rope_factors_short.weight");
+    if (mistral3 && (rot < head_dim || longrope)) /* as llama.cpp's mistral3: whole heads, no LongRoPE */
+        return nv_fail(NV_EUNSUPPORTED, "%s: mistral3 with RoPE on %lld of %lld values%s is not supported", g->path, (long long)rot,
+                       (long long)head_dim, longrope ? " or LongRoPE's factors" : "");
     int64_t longrope_orig = 0;
     if (longrope && !phi3)
         return nv_fail(NV_EUNSUPPORTED, "%s: LongRoPE's factors (rope_factors_long/short) outside a phi3 model", g->path);
@@ -958,13 +963,13 @@ static nv_err config_of(const nv_gguf *g, nv_config *c, int *neox) {
     c->qk_norm = qwen3; /* gemma3's: gemma_rules */
     c->qkv_bias = qwen2;
     if (smollm3) c->nope_period = 4; /* llama.cpp's SmolLM3: every fourth layer without RoPE (no key says it) */
-    if (mistral3) { /* the queries' temperature, over YaRN's original context unless the file says another length */
+    if (mistral3) { /* the queries' temperature, over YaRN's original context (else the context) unless the file says another length */
         int64_t temp_len = 0;
+        c->arch_mistral3 = 1;
         NV_TRY(get_float(g, "mistral3.attention.temperature_scale", 0.0f, &c->attn_temp_scale));
-        NV_TRY(get_int(g, "mistral3.attention.temperature_length", yarn ? y.orig_ctx : 0, &temp_len));
+        NV_TRY(get_int(g, "mistral3.attention.temperature_length", yarn ? y.orig_ctx : ctx, &temp_len));
         if (c->attn_temp_scale != 0.0f && (temp_len < 1 || temp_len > (1 << 30)))
-            return nv_fail(NV_EFORMAT, "%s: mistral3's attention temperature needs a length (attention.temperature_length, or YaRN's original "
-                                       "context), not %lld", g->path, (long long)temp_len);
+            return nv_fail(NV_EFORMAT, "%s: mistral3's attention temperature over %lld positions is out of range", g->path, (long long)temp_len);
         c->attn_temp_len = c->attn_temp_scale != 0.0f ? (int)temp_len : 0;
     }
     if (gemma) gemma_rules(c, arch, (int)window, softcap, attn_softcap);
@@ -2344,10 +2349,10 @@ nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name
         return nv_fail(NV_EUNSUPPORTED,
                        "%s: not written: no GGUF architecture holds this model's mix of the Gemma family's, SmolLM3's, Granite's or OLMo 2's parts",
                        path);
-    if (c->attn_temp_scale != 0.0f && (c->qk_norm || c->qkv_bias || nv_config_gemma_block(c) || c->nope_period || nv_config_granite(c) ||
-                                       olmo2 || phi3_form(c) || c->rope_dim))
-        return nv_fail(NV_EUNSUPPORTED, "%s: not written: Ministral 3's attention temperature beside this model's other parts has no GGUF "
-                                        "architecture", path);
+    if (mistral3_form(c) && (c->qk_norm || c->qkv_bias || nv_config_gemma_block(c) || c->nope_period || nv_config_granite(c) || olmo2 ||
+                             phi3_form(c) || c->rope_dim || c->longrope_orig))
+        return nv_fail(NV_EUNSUPPORTED, "%s: not written: mistral3 (Ministral 3's attention temperature) beside this model's other parts has no "
+                                        "GGUF architecture", path);
     if (phi3_form(c) && tok && !nv_tokenizer_strips_after_special(tok) && nv_tokenizer_strip_rule_matters(tok)) /* the reader's rule for phi3 */
         return nv_fail(NV_EUNSUPPORTED, "%s: not written: a phi3 file's SentencePiece vocabulary takes Phi-3's white-space rule after its "
                                         "special tokens, which this one does not have (write the model without it)", path);
@@ -2459,10 +2464,10 @@ nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name
         kv_str(&b, akey(k, sizeof k, arch, "rope.scaling.type"), "yarn");
         kv_f32(&b, akey(k, sizeof k, arch, "rope.scaling.factor"), c->yarn.factor);
         kv_u32(&b, akey(k, sizeof k, arch, "rope.scaling.original_context_length"), (uint32_t)c->yarn.orig_ctx);
-        /* llama.cpp multiplies it back, but in mistral3 divides it again by the log multiplier's (1 here) */
-        const int mistral3 = c->attn_temp_scale != 0.0f;
+        /* llama.cpp multiplies it back, but in mistral3 divides it again by the log multiplier's (1 here): the factor itself */
+        const int mistral3 = mistral3_form(c);
         const double attn = c->yarn.attn_factor / (mistral3 ? 1.0 : nv_yarn_mscale(c->yarn.factor));
-        kv_f32(&b, akey(k, sizeof k, arch, "rope.scaling.attn_factor"), fabs(attn - 1) < 1e-6 ? 1.0f : (float)attn);
+        kv_f32(&b, akey(k, sizeof k, arch, "rope.scaling.attn_factor"), !mistral3 && fabs(attn - 1) < 1e-6 ? 1.0f : (float)attn);
         kv_f32(&b, akey(k, sizeof k, arch, "rope.scaling.yarn_beta_fast"), c->yarn.beta_fast);
         kv_f32(&b, akey(k, sizeof k, arch, "rope.scaling.yarn_beta_slow"), c->yarn.beta_slow);
         if (mistral3) kv_f32(&b, akey(k, sizeof k, arch, "rope.scaling.yarn_log_multiplier"), 1.0f), n_kv++;

@@ -335,7 +335,7 @@ nv_err nv_model_upcycle(const nv_model *dense, int experts, int used, uint64_t s
 int nv_config_fits_v1(const nv_config *c) {
     return !c->qk_norm && c->head_dim * c->n_heads == c->dim && c->rope_theta == 10000.0f && c->norm_eps == 1e-5f &&
            !c->n_rope_factors && !c->rope_attn && !c->qkv_bias && !c->n_experts && !nv_config_gemma_block(c) && !c->nope_period &&
-           !nv_config_granite(c) && !c->rope_dim;
+           !nv_config_granite(c) && !c->rope_dim && c->attn_temp_scale == 0.0f;
 }
 
 nv_err nv_model_save_v1(const nv_model *m, const char *path) {

@@ -36,7 +36,7 @@ _Static_assert(offsetof(nv_ckpt_header, longrope_orig) == 1272, "versions 6 and 
 _Static_assert(CKPT_V9_HEADER == 2304, "versions 8 and 9's header is 2304 bytes");
 _Static_assert(CKPT_V10_HEADER == 2320, "version 10's header is 2320 bytes");
 _Static_assert(CKPT_V11_HEADER == 2328, "version 11's header is 2328 bytes");
-_Static_assert(sizeof(nv_ckpt_header) == 2336, "version 12's header is 2336 bytes (docs/formats.md)");
+_Static_assert(sizeof(nv_ckpt_header) == 2344, "version 12's header is 2344 bytes (docs/formats.md)");
 
 void nv_ckpt_header_set_config(nv_ckpt_header *h, const nv_config *c) {
     h->dim = c->dim;
@@ -60,7 +60,7 @@ void nv_ckpt_header_set_config(nv_ckpt_header *h, const nv_config *c) {
     h->rope_dim = c->rope_dim;
     h->longrope_orig = c->longrope_orig;
     h->no_pre_norms = c->no_pre_norms;
-    h->attn_temp_scale = c->attn_temp_scale, h->attn_temp_len = c->attn_temp_len;
+    h->attn_temp_scale = c->attn_temp_scale, h->attn_temp_len = c->attn_temp_len, h->arch_mistral3 = c->arch_mistral3;
     memcpy(h->rope_factors_short, c->rope_factors_short, sizeof h->rope_factors_short);
     h->rope_theta = c->rope_theta;
     h->norm_eps = c->norm_eps;
@@ -97,7 +97,7 @@ void nv_ckpt_header_get_config(const nv_ckpt_header *h, nv_config *c) {
     c->rope_dim = h->rope_dim;
     c->longrope_orig = h->longrope_orig;
     c->no_pre_norms = h->no_pre_norms;
-    c->attn_temp_scale = h->attn_temp_scale, c->attn_temp_len = h->attn_temp_len;
+    c->attn_temp_scale = h->attn_temp_scale, c->attn_temp_len = h->attn_temp_len, c->arch_mistral3 = h->arch_mistral3;
     memcpy(c->rope_factors_short, h->rope_factors_short, sizeof c->rope_factors_short);
     c->rope_theta = h->rope_theta;
     c->norm_eps = h->norm_eps;

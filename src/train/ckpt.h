@@ -74,6 +74,7 @@ typedef struct {
     /* version 12: Ministral 3's attention temperature (nv_config's); older files read as none */
     float attn_temp_scale;
     int32_t attn_temp_len;
+    int32_t arch_mistral3, reserved_v12; /* nv_config's; a reserved 0 */
 } nv_ckpt_header;
 
 void nv_ckpt_header_set_config(nv_ckpt_header *h, const nv_config *c);
