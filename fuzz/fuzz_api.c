@@ -416,18 +416,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                       .priority_sched = 1};
     /* a template run as Jinja (serve --chat-template-file): the request's messages, calls, tools and
        chat_template_kwargs all reach it */
-    static nv_jinja *prog;
+    /* and one writing Mistral's think tags, which is given earlier reasoning as thinking chunks */
+    static nv_jinja *prog, *prog_think;
     if (!prog) {
         static const char t[] = "{{ bos_token }}{% for m in messages %}<{{ m.role }}>{{ m.content }}{% for c in m.tool_calls or [] %}"
                                 "[{{ c.function.name }} {{ c.function.arguments | tojson }}]{% endfor %}{% endfor %}{{ tools | tojson }}"
                                 "{{ extra | default('') }}{{ reasoning_effort | default('') }}{% if add_generation_prompt %}<assistant>{% endif %}";
-        FZ_CHECK(nv_jinja_parse(t, sizeof t - 1, &prog) == NV_OK, "the harness's template: %s", nv_errmsg());
+        static const char tt[] = "{% for m in messages %}{% if m.content is string or m.content is none %}{{ m.content }}{% else %}"
+                                 "{% for b in m.content %}{% if b.type == 'thinking' %}{{ '[THINK]' + b.thinking + '[/THINK]' }}"
+                                 "{% else %}{{ b.text }}{% endif %}{% endfor %}{% endif %}{% endfor %}";
+        FZ_CHECK(nv_jinja_parse(t, sizeof t - 1, &prog) == NV_OK && nv_jinja_parse(tt, sizeof tt - 1, &prog_think) == NV_OK,
+                 "the harness's templates: %s", nv_errmsg());
     }
     const nv_chat_template passes[] = {NV_CHAT_PLAIN, NV_CHAT_PLAIN, NV_CHAT_CHATML, NV_CHAT_LLAMA2, NV_CHAT_PLAIN};
     for (int pass = 0; pass < 5; pass++) {
         int chat = pass > 0;
         ctx.tmpl = passes[pass];
-        ctx.jinja = pass == 4 ? prog : NULL;
+        ctx.jinja = pass != 4 ? NULL : size % 2 ? prog : prog_think;
         /* its calls written as XML or as Mistral's [ARGS] (by the body's length): the tools' schemas compiled to that form */
         ctx.jinja_tools = pass != 4 ? NV_TOOLS_HERMES : size % 2 ? NV_TOOLS_XML : NV_TOOLS_MISTRAL_ARGS;
         /* and Mistral's [THINK] blocks with its [ARGS] calls: grammars after them, earlier reasoning as thinking chunks */
