@@ -43,6 +43,19 @@ static int id_of(const nv_tokenizer *t, const char *s) {
     return nv_tokenizer_lookup(t, sp);
 }
 
+/* What grammar g allows as the first token over t's vocabulary of vocab tokens (a mask the caller
+ * frees; NULL when it cannot be built). */
+static uint8_t *first_mask(const nv_tokenizer *t, nv_grammar *g, int vocab) {
+    nv_gtrie *tr = NULL;
+    uint8_t *mask = malloc((size_t)vocab);
+    nv_gmatch *m = g ? nv_gmatch_new(g) : NULL;
+    const int ok = m && mask && nv_gtrie_build(t, &tr) == NV_OK && nv_gmatch_mask(m, tr, mask) > 0;
+    nv_gmatch_free(m);
+    nv_gtrie_free(tr);
+    if (!ok) free(mask);
+    return ok ? mask : NULL;
+}
+
 static void expect_ids(const nv_tokenizer *t, const char *text, int bos, const int *want, int n_want) {
     int *ids = NULL, n = 0;
     T_CHECK(nv_tokenizer_encode(t, text, bos, 0, &ids, &n) == NV_OK, "encode: %s", nv_errmsg());
@@ -152,15 +165,11 @@ static void test_specials_and_decode(void) {
     uint8_t opens[2] = {0, 0};
     for (int shown = 0; shown < 2 && g; shown++) {
         T_CHECK(!shown || nv_tokenizer_show(t, "<|im_start|>") == ID_IM_START, "show");
-        nv_gtrie *tr = NULL;
-        uint8_t *mask = malloc(N_TOKENS);
-        nv_gmatch *m = nv_gmatch_new(g);
-        T_CHECK(nv_gtrie_build(t, &tr) == NV_OK && mask && m && nv_gmatch_mask(m, tr, mask) > 0, "%s", nv_errmsg());
+        uint8_t *mask = first_mask(t, g, N_TOKENS);
+        T_CHECK(mask, "%s", nv_errmsg());
         if (mask) opens[shown] = mask[ID_IM_START];
         T_CHECK(mask && mask['<'], "the marker's first byte is allowed");
-        nv_gmatch_free(m);
         free(mask);
-        nv_gtrie_free(tr);
     }
     nv_grammar_unref(g);
     T_CHECK(!opens[0] && opens[1], "the marker's token opens the call: %d before it is shown, %d after", opens[0], opens[1]);
@@ -342,15 +351,18 @@ static void test_think_control_tokens(void) {
     nv_grammar *g = NULL;
     T_CHECK(nv_schema_grammar_ex(schema, 0, NV_THINK_BRACKET, &g) == NV_OK, "%s", nv_errmsg());
     cJSON_Delete(schema);
-    nv_gtrie *tr = NULL;
-    uint8_t *mask = malloc(N_TOKENS + 2);
-    nv_gmatch *m = g ? nv_gmatch_new(g) : NULL;
-    T_CHECK(m && mask && nv_gtrie_build(t, &tr) == NV_OK && nv_gmatch_mask(m, tr, mask) > 0 && mask[open] && !mask[close] && mask['{'],
-            "the grammar takes the open tag's token first");
-    nv_gmatch_free(m);
-    nv_gtrie_free(tr);
+    uint8_t *mask = first_mask(t, g, N_TOKENS + 2);
+    T_CHECK(mask && mask[open] && !mask[close] && mask['{'], "the grammar takes the open tag's token first");
     nv_grammar_unref(g);
     free(mask);
+    nv_tokenizer_free(t);
+    /* as serve and chat show them: both of Mistral's tags for its tags, nothing for <think>'s */
+    t = load_vocab(&(vocab_opts){"tekken", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 3});
+    if (!t) return;
+    nv_think_show_tags(t, NV_THINK_ANGLE);
+    T_CHECK(!strcmp(nv_tokenizer_decode(t, 0, open), ""), "<think>'s tags show nothing");
+    nv_think_show_tags(t, NV_THINK_BRACKET);
+    T_CHECK(!strcmp(nv_tokenizer_decode(t, 0, open), "[THINK]") && !strcmp(nv_tokenizer_decode(t, 0, close), "[/THINK]"), "Mistral's tags shown");
     nv_tokenizer_free(t);
 }
 

@@ -203,9 +203,8 @@ int cmd_chat(int argc, char **argv) {
     }
     nv_model_drop_quant_sources(&model);
     if (cli_chat_template(CMD, model_path, template_name, template_file, run_jinja, &tmpl, &jinja, &jinja_text)) goto done;
-    /* Mistral's think tags are control tokens, which decoding leaves out unless shown */
     const int think_tags = nv_think_tags_of_template(jinja_text, NULL);
-    if (think_tags == NV_THINK_BRACKET) nv_tokenizer_show(tok, "[THINK]"), nv_tokenizer_show(tok, "[/THINK]");
+    nv_think_show_tags(tok, think_tags);
     if (system_text && history_push(&h, "system", system_text, strlen(system_text))) goto oom;
     const char *stop = nv_chat_template_stop(tmpl);
     const int tty = !one && isatty(STDIN_FILENO);

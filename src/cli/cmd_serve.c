@@ -561,8 +561,7 @@ int cli_serve_run(int argc, char **argv, const cli_serve_job *job) {
     const int think_tags = nv_think_tags_of_template(jinja_text, &shows_think);
     if (reasoning < 0)
         reasoning = tmpl == NV_CHAT_DEEPSEEK || (shows_think && !nv_chat_template_of_jinja(jinja_text, strlen(jinja_text), &own_form));
-    /* Mistral's tags are control tokens: their text must reach the reader, as llama.cpp's preserved tokens */
-    if (think_tags == NV_THINK_BRACKET) nv_tokenizer_show(tok, "[THINK]"), nv_tokenizer_show(tok, "[/THINK]");
+    nv_think_show_tags(tok, think_tags);
     if (nv_think_close_ids(tok, think_tags, budget_message, &think_close, &n_think_close) != NV_OK) {
         cli_error(CMD, 1, "%s", nv_errmsg());
         goto done;

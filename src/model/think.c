@@ -20,6 +20,12 @@ int nv_think_tags_of_template(const char *text, int *shown) {
     return bracket ? NV_THINK_BRACKET : NV_THINK_ANGLE;
 }
 
+void nv_think_show_tags(nv_tokenizer *tok, int tags) {
+    if (tags != NV_THINK_BRACKET) return;
+    nv_tokenizer_show(tok, nv_think_tags_of(tags)->open);
+    nv_tokenizer_show(tok, nv_think_tags_of(tags)->close);
+}
+
 static void put(nv_buf *b, const char *s, size_t n) {
     if (b && n) nv_buf_append(b, s, n);
 }

@@ -43,6 +43,9 @@ typedef struct {
 
 void nv_think_feed(nv_think *t, const char *s, size_t n, int final, nv_buf *reasoning, nv_buf *content);
 void nv_think_free(nv_think *t);
+/* Makes decoding print Mistral's tags (control tokens in its vocabularies) where tags are its, so the
+ * reader sees them, as llama.cpp preserves them; <think> is text already. Before tok is shared. */
+void nv_think_show_tags(nv_tokenizer *tok, int tags);
 /* 1 when the text of the prompt's last tokens ends (white space aside) with the open tag. */
 int nv_think_opened(const nv_tokenizer *tok, int tags, const int *ids, int n);
 /* The tokens that close a think block whose budget is spent: message (NULL: none), then the tags'
