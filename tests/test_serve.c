@@ -873,6 +873,8 @@ static void test_structured_outputs(void) {
  * calls whose arguments fit the tools' schemas (those of test_tool_calls), whole and streamed
  * alike, finish_reason "tool_calls", content null, ids OpenAI's "call_..." (short: Mistral's 9
  * letters and digits). Returns the calls seen. */
+/* short_ids: 0 OpenAI's ids, 1 Mistral's, 2 the model's own (Mistral's [CALL_ID]): the same ids whole
+ * and streamed under the same seed, as no id the server makes up would be. */
 static int required_calls(int port, const char *tools, int n_seeds, int short_ids) {
     const char *choices[] = {"\"required\"", "{\"type\":\"function\",\"function\":{\"name\":\"play\"}}"};
     char body[4096];
@@ -915,6 +917,7 @@ static int required_calls(int port, const char *tools, int n_seeds, int short_id
                          cJSON_IsNumber(days) && days->valueint >= 1 && days->valueint <= 7;
                 }
                 T_CHECK(ok, "choice %d seed %d: a call that breaks its tool's schema: %s", c, seed, whole.body);
+                if (short_ids == 2) strncat(joined, id ? id : "", sizeof joined - strlen(joined) - 1);
                 strncat(joined, name ? name : "", sizeof joined - strlen(joined) - 1);
                 strncat(joined, cJSON_GetStringValue(cJSON_GetObjectItem(fn, "arguments")) ?: "", sizeof joined - strlen(joined) - 1);
                 cJSON_Delete(a);
@@ -928,6 +931,7 @@ static int required_calls(int port, const char *tools, int n_seeds, int short_id
                 const cJSON *tcs = cJSON_GetObjectItem(cJSON_GetObjectItem(ch, "delta"), "tool_calls");
                 for (const cJSON *tc = tcs ? tcs->child : NULL; tc; tc = tc->next) {
                     const cJSON *fn = cJSON_GetObjectItem(tc, "function");
+                    if (short_ids == 2) strncat(got, cJSON_GetStringValue(cJSON_GetObjectItem(tc, "id")) ?: "", sizeof got - strlen(got) - 1);
                     strncat(got, cJSON_GetStringValue(cJSON_GetObjectItem(fn, "name")) ?: "", sizeof got - strlen(got) - 1);
                     strncat(got, cJSON_GetStringValue(cJSON_GetObjectItem(fn, "arguments")) ?: "", sizeof got - strlen(got) - 1);
                 }
@@ -1121,6 +1125,35 @@ static void test_tool_calls(void) {
                    "{\\\"toy\\\":\\\"car\\\"}}]<|/tool_call|><|end|><|tool|>done<|end|><|assistant|>");
 }
 
+/* A server running a Mistral template run as Jinja that writes each call as [TOOL_CALLS]NAME, then
+ * call_id (a call's id: Mistral Small 3.2's form), then [ARGS] and its arguments, each result after
+ * [TOOL_RESULTS] and result_id: the start line names the form (note), required calls come back as
+ * calls (short_ids as required_calls), and conversation renders with want in its prompt. */
+static void mistral_form(const char *model, const char *name, const char *note, const char *call_id, const char *result_id,
+                         int short_ids, const char *conversation, const char *want) {
+    char text[2048], server_name[64], file[64];
+    snprintf(text, sizeof text,
+             "{%%- if tools %%}[AVAILABLE_TOOLS]{{ tools | tojson }}[/AVAILABLE_TOOLS]{%% endif %%}"
+             "{%%- for m in messages %%}{%% if m.role == 'user' %%}[INST]{{ m.content }}[/INST]"
+             "{%% elif m.tool_calls %%}{%% for tc in m.tool_calls %%}[TOOL_CALLS]{{ tc.function.name }}%s[ARGS]"
+             "{{ tc.function.arguments | tojson }}{%% endfor %%}</s>"
+             "{%% elif m.role == 'tool' %%}[TOOL_RESULTS]%s{{ m.content }}[/TOOL_RESULTS]{%% else %%}{{ m.content }}</s>{%% endif %%}"
+             "{%% endfor %%}",
+             call_id, result_id);
+    snprintf(server_name, sizeof server_name, "tools-%s", name);
+    snprintf(file, sizeof file, "%s_tools.jinja", name);
+    server s;
+    if (!template_server(&s, server_name, model, tok_path, file, text, "--kv-memory 64M", note)) return;
+    const int calls = required_calls(s.port, weather_tools, 2, short_ids);
+    T_CHECK(calls >= 3, "%s: only %d calls in 4 answers", name, calls);
+    resp r;
+    T_CHECK(http(s.port, "POST", "/apply-template", NULL, conversation, &r) && r.status == 200 && strstr(r.body, want),
+            "%s apply-template: %d %s", name, r.status, r.body);
+    resp_free(&r);
+    const int rc = server_stop(&s);
+    T_CHECK(rc == 0, "%s tools server exit %d", name, rc);
+}
+
 /* A server on model (--kv-memory 64M) running text, written to file, as its Jinja chat template,
  * whose start line says how it writes calls (note); 1 when it is up and says so. */
 /* Calls written as XML (Qwen3-Coder's form) by a template run as Jinja that writes them so: the
@@ -1173,25 +1206,23 @@ static void test_xml_tool_calls(void) {
     int rc = server_stop(&s);
     T_CHECK(rc == 0, "XML tools server exit %d", rc);
 
-    /* Mistral's later form (Devstral's, Mistral Small 3.2's): [TOOL_CALLS]NAME[ARGS]{...}, read from a
+    /* Mistral's later form (Ministral 3's, Devstral 2's): [TOOL_CALLS]NAME[ARGS]{...}, read from a
        template that writes [ARGS]; calls get Mistral's 9-character ids */
-    static const char args_template[] =
-        "{%- if tools %}[AVAILABLE_TOOLS]{{ tools | tojson }}[/AVAILABLE_TOOLS]{% endif %}"
-        "{%- for m in messages %}{% if m.role == 'user' %}[INST]{{ m.content }}[/INST]"
-        "{% elif m.tool_calls %}{% for tc in m.tool_calls %}[TOOL_CALLS]{{ tc.function.name }}[ARGS]{{ tc.function.arguments | tojson }}"
-        "{% endfor %}</s>{% elif m.role == 'tool' %}[TOOL_RESULTS]{{ m.content }}[/TOOL_RESULTS]{% else %}{{ m.content }}</s>{% endif %}"
-        "{% endfor %}";
-    if (!template_server(&s, "tools-args", model, tok_path, "args_tools.jinja", args_template, "--kv-memory 64M",
-                         "the calls written as [TOOL_CALLS]NAME[ARGS]{...}"))
-        return;
-    const int args_calls = required_calls(s.port, weather_tools, 2, 1);
-    T_CHECK(args_calls >= 3, "[ARGS]: only %d calls in 4 answers", args_calls);
-    T_CHECK(http(s.port, "POST", "/apply-template", NULL, conv, &r) && r.status == 200 &&
-                strstr(r.body, "[INST]Play?[/INST][TOOL_CALLS]get_weather[ARGS]{\\\"city\\\": \\\"Oslo\\\", \\\"days\\\": 3, "),
-            "[ARGS] apply-template: %d %s", r.status, r.body);
-    resp_free(&r);
-    rc = server_stop(&s);
-    T_CHECK(rc == 0, "[ARGS] tools server exit %d", rc);
+    mistral_form(model, "args", "the calls written as [TOOL_CALLS]NAME[ARGS]{...}", "", "", 1, conv,
+                 "[INST]Play?[/INST][TOOL_CALLS]get_weather[ARGS]{\\\"city\\\": \\\"Oslo\\\", \\\"days\\\": 3, ");
+    /* Mistral Small 3.2's form: the model names each call, [TOOL_CALLS]NAME[CALL_ID]ID[ARGS]{...};
+       the server keeps its ids (which the template writes again with the results) */
+    snprintf(conv, sizeof conv,
+             "{\"messages\":[{\"role\":\"user\",\"content\":\"Play?\"},{\"role\":\"assistant\",\"content\":\"\",\"tool_calls\":"
+             "[{\"id\":\"k3Xb9Qz1a\",\"type\":\"function\",\"function\":{\"name\":\"play\",\"arguments\":\"{\\\"toy\\\":\\\"car\\\"}\"}}]},"
+             "{\"role\":\"tool\",\"tool_call_id\":\"k3Xb9Qz1a\",\"content\":\"done\"}],%s}",
+             weather_tools);
+    mistral_form(model, "call-id", "the calls written as [TOOL_CALLS]NAME[CALL_ID]ID[ARGS]{...}",
+                 "{% if tc.id is not string or tc.id | length != 9 %}{{ raise_exception('Tool call IDs should be 9 characters') }}"
+                 "{% endif %}[CALL_ID]{{ tc.id }}",
+                 "{{ m.tool_call_id }}[TOOL_CONTENT]", 2, conv,
+                 "[INST]Play?[/INST][TOOL_CALLS]play[CALL_ID]k3Xb9Qz1a[ARGS]{\\\"toy\\\": \\\"car\\\"}</s>"
+                 "[TOOL_RESULTS]k3Xb9Qz1a[TOOL_CONTENT]done[/TOOL_RESULTS]");
 }
 
 #define NCONC 8

@@ -342,6 +342,48 @@ static void test_chat_template_text(void) {
     nv_tokenizer_free(tok);
 }
 
+/* Mistral Small 3.2's form: the grammar of tool_choice required (and auto's, once [TOOL_CALLS] comes)
+ * holds NAME[CALL_ID]ID[ARGS]{...}, ID nine letters and digits. */
+static void test_api_call_id_grammar(void) {
+    nv_tokenizer *tok = tok512();
+    if (!tok) return;
+    nv_api_ctx ctx = {.model_id = "m", .tok = tok, .tmpl = NV_CHAT_MISTRAL, .seq_len = 2048, .vocab_size = 512, .capacity = 2048, .dim = 64,
+                      .jinja_tools = NV_TOOLS_MISTRAL_CALL_ID};
+    static const char fmt[] = "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"tool_choice\":\"%s\",\"tools\":["
+                              "{\"type\":\"function\",\"function\":{\"name\":\"play\",\"parameters\":{\"type\":\"object\","
+                              "\"properties\":{\"toy\":{\"type\":\"string\"}},\"required\":[\"toy\"]}}}]}";
+    static const struct {
+        const char *text;
+        int whole; /* 1: a whole answer the grammar takes; 0: refused on the way */
+    } cases[] = {
+        {"[TOOL_CALLS]play[CALL_ID]a1B2c3D4e[ARGS]{\"toy\": \"ball\"}", 1},
+        {"[TOOL_CALLS]play[CALL_ID]a1B2c3D4e[ARGS]{\"toy\": \"ball\"}[TOOL_CALLS]play[CALL_ID]zzzzzzzzz[ARGS]{\"toy\":\"car\"}", 1},
+        {"[TOOL_CALLS]play[ARGS]{\"toy\": \"ball\"}", 0},                  /* no id */
+        {"[TOOL_CALLS]play[CALL_ID]a1B2c3D4[ARGS]{\"toy\": \"ball\"}", 0}, /* eight */
+        {"[TOOL_CALLS]play[CALL_ID]a1B2c3D4e5[ARGS]{\"toy\": \"ball\"}", 0}, /* ten */
+        {"[TOOL_CALLS]play[CALL_ID]a1B2c-D4e[ARGS]{\"toy\": \"ball\"}", 0},  /* not a letter or digit */
+        {"[TOOL_CALLS]play[CALL_ID]a1B2c3D4e[ARGS]{}", 0},                  /* the schema's required key */
+    };
+    for (int required = 0; required < 2; required++) {
+        char body[768];
+        snprintf(body, sizeof body, fmt, required ? "required" : "auto");
+        nv_api_request r;
+        nv_api_error e;
+        T_CHECK(nv_api_parse(&ctx, 1, body, strlen(body), &r, &e) == 0, "%s", e.message);
+        nv_grammar *g = required ? r.req.grammar : r.req.lazy_grammar;
+        T_CHECK(g && (required || !strcmp(r.req.lazy_trigger, "[TOOL_CALLS]")), "required %d: a grammar", required);
+        for (size_t i = 0; g && i < sizeof cases / sizeof cases[0]; i++) {
+            nv_gmatch *m = nv_gmatch_new(g);
+            const int fed = m && nv_gmatch_feed(m, cases[i].text, strlen(cases[i].text));
+            T_CHECK(fed == cases[i].whole && (!fed || nv_gmatch_done(m)), "required %d: %s %s", required, cases[i].text,
+                    cases[i].whole ? "refused" : "taken");
+            nv_gmatch_free(m);
+        }
+        nv_api_request_free(&r);
+    }
+    nv_tokenizer_free(tok);
+}
+
 /* Under tool_choice auto, where the calls are the rest of the answer (Mistral's forms), the lazy grammar
  * holds all of them: several where parallel_tool_calls, one where not. */
 static void test_api_lazy_parallel_calls(void) {
@@ -816,7 +858,7 @@ static void run_tool_case(nv_tool_style style, const tool_case *c, int bytewise)
     T_CHECK(!strcmp(got, c->content) && n == c->n_calls, "%s (%s): content '%s' (want '%s'), %d calls (want %d)", c->text,
             bytewise ? "byte by byte" : "whole", got, c->content, n, c->n_calls);
     /* ids: OpenAI's "call_" and 24 letters and digits; Mistral's 9 letters and digits */
-    const int mistral = style == NV_TOOLS_MISTRAL || style == NV_TOOLS_MISTRAL_ARGS;
+    const int mistral = style == NV_TOOLS_MISTRAL || nv_tool_style_mistral_args(style);
     if (n && c->name0)
         T_CHECK(!strcmp(calls[0].name, c->name0) && !strcmp(calls[0].arguments, c->args0) &&
                     (mistral || !strncmp(calls[0].id, "call_", 5)) && strlen(calls[0].id) == (mistral ? 9 : 29) &&
@@ -827,6 +869,40 @@ static void run_tool_case(nv_tool_style style, const tool_case *c, int bytewise)
     nv_buf_free(&content);
     nv_tool_parser_free(&p);
     cJSON_Delete(tools);
+}
+
+/* The ids of the calls in text (MISTRAL_CALL_ID style, every byte fed alone), ", "-joined into got. */
+static void call_ids_of(const char *text, char *got, size_t cap) {
+    const char *names[] = {"get_weather", "play"};
+    nv_tool_parser p = {.style = NV_TOOLS_MISTRAL_CALL_ID, .names = names, .n_names = 2};
+    nv_buf content = {0};
+    nv_tool_call *calls = NULL;
+    int n = 0;
+    for (const char *s = text; *s; s++) nv_tool_parser_feed(&p, s, 1, 0, &content, &calls, &n);
+    nv_tool_parser_feed(&p, "", 0, 1, &content, &calls, &n);
+    *got = '\0';
+    for (int i = 0; i < n; i++) snprintf(got + strlen(got), cap - strlen(got), "%s%s", i ? ", " : "", calls[i].id);
+    nv_tool_calls_free(calls, n);
+    nv_buf_free(&content);
+    nv_tool_parser_free(&p);
+}
+
+/* Mistral Small 3.2's calls carry the model's own ids, which its template writes again with the
+ * results: kept where they are Mistral ids (9 letters and digits), else a new one of that form. */
+static void test_tool_parser_call_ids(void) {
+    char got[256];
+    call_ids_of("[TOOL_CALLS]play[CALL_ID]a1B2c3D4e[ARGS]{}[TOOL_CALLS]get_weather[CALL_ID]Zz9Yy8Xx7[ARGS]{\"city\":\"Oslo\"}", got,
+                sizeof got);
+    T_CHECK(!strcmp(got, "a1B2c3D4e, Zz9Yy8Xx7"), "the model's ids: %s", got);
+    static const char *const other[] = {"[TOOL_CALLS]play[CALL_ID]abc[ARGS]{}", "[TOOL_CALLS]play[CALL_ID]abcdefghij[ARGS]{}",
+                                        "[TOOL_CALLS]play[CALL_ID]abcd_fghi[ARGS]{}", "[TOOL_CALLS]play[CALL_ID][ARGS]{}",
+                                        "[TOOL_CALLS]play[ARGS]{}"};
+    for (size_t i = 0; i < sizeof other / sizeof other[0]; i++) {
+        call_ids_of(other[i], got, sizeof got);
+        T_CHECK(strlen(got) == 9 && strspn(got, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789") == 9 &&
+                    strcmp(got, "abcdefghi") && strcmp(got, "abcdefghij"),
+                "%s: a new Mistral id, got '%s'", other[i], got);
+    }
 }
 
 static void run_tool_cases(nv_tool_style style, const tool_case *cases, size_t n) {
@@ -898,6 +974,17 @@ static void test_tool_parser(void) {
         {"[TOOL_CALLS]play[ARGS]{}[TOOL_CALLS]", "[TOOL_CALLS]play[ARGS]{}[TOOL_CALLS]", 0, NULL, NULL},
     };
     run_tool_cases(NV_TOOLS_MISTRAL_ARGS, mistral_args, sizeof mistral_args / sizeof mistral_args[0]);
+    run_tool_cases(NV_TOOLS_MISTRAL_CALL_ID, mistral_args, sizeof mistral_args / sizeof mistral_args[0]);
+    /* with the call's id between its name and its arguments (Mistral Small 3.2's form) */
+    static const tool_case mistral_call_id[] = {
+        {"Sure. [TOOL_CALLS]play[CALL_ID]a1B2c3D4e[ARGS]{\"toy\": \"ball\"}", "Sure.", 1, "play", "{\"toy\":\"ball\"}"},
+        {"[TOOL_CALLS]get_weather[CALL_ID]abcdefghi[ARGS]{}[TOOL_CALLS]play[CALL_ID]123456789[ARGS]{}", "", 2, "get_weather", "{}"},
+        {"[TOOL_CALLS]fly[CALL_ID]abcdefghi[ARGS]{}", "[TOOL_CALLS]fly[CALL_ID]abcdefghi[ARGS]{}", 0, NULL, NULL}, /* unknown */
+        {"[TOOL_CALLS]pl[CALL_ID]ay[ARGS]{}", "[TOOL_CALLS]pl[CALL_ID]ay[ARGS]{}", 0, NULL, NULL}, /* the name cut by the id */
+        {"[TOOL_CALLS]play[CALL_ID]abcdefghi{}", "[TOOL_CALLS]play[CALL_ID]abcdefghi{}", 0, NULL, NULL}, /* no [ARGS] */
+        {"[TOOL_CALLS]play[CALL_ID]abc[ARGS]{}", "", 1, "play", "{}"}, /* an id of another form: replaced */
+    };
+    run_tool_cases(NV_TOOLS_MISTRAL_CALL_ID, mistral_call_id, sizeof mistral_call_id / sizeof mistral_call_id[0]);
     /* Qwen3-Coder's XML: each value read as its schema admits */
 #define XC(body) "<tool_call>\n<function=get_weather>\n" body "</function>\n</tool_call>"
 #define XP(k, v) "<parameter=" k ">\n" v "\n</parameter>\n"
@@ -1291,6 +1378,7 @@ int main(void) {
     T_RUN(test_chat_template_text);
     T_RUN(test_api_parse_defaults_and_limits);
     T_RUN(test_api_lazy_parallel_calls);
+    T_RUN(test_api_call_id_grammar);
     T_RUN(test_api_response_shapes);
     T_RUN(test_api_tokenize);
     T_RUN(test_api_enable_thinking);
@@ -1298,6 +1386,7 @@ int main(void) {
     T_RUN(test_py_json);
     T_RUN(test_chat_tools);
     T_RUN(test_tool_parser);
+    T_RUN(test_tool_parser_call_ids);
     T_RUN(test_api_tools);
     T_RUN(test_api_embeddings);
     return t_done();

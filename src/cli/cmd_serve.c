@@ -570,7 +570,8 @@ int cli_serve_run(int argc, char **argv, const cli_serve_job *job) {
        the tool-call parser, as llama.cpp's preserved tokens */
     if (nv_chat_tool_token(tmpl)) nv_tokenizer_show(tok, nv_chat_tool_token(tmpl));
     const nv_tool_style jinja_tools = jinja ? nv_chat_jinja_tool_style(tmpl, jinja_text) : NV_TOOLS_HERMES;
-    if (jinja_tools == NV_TOOLS_MISTRAL_ARGS) nv_tokenizer_show(tok, NV_MISTRAL_TOOL_CALLS), nv_tokenizer_show(tok, NV_MISTRAL_ARGS);
+    if (nv_tool_style_mistral_args(jinja_tools)) nv_tokenizer_show(tok, NV_MISTRAL_TOOL_CALLS), nv_tokenizer_show(tok, NV_MISTRAL_ARGS);
+    if (jinja_tools == NV_TOOLS_MISTRAL_CALL_ID) nv_tokenizer_show(tok, NV_MISTRAL_CALL_ID);
     char tuned_line[160] = "";
     if (!no_tune && !engine_name && !chunk_given) { /* what `nerve tune` measured best here for this model */
         char machine[512], key[256];
@@ -772,6 +773,7 @@ int cli_serve_run(int argc, char **argv, const cli_serve_job *job) {
     snprintf(shown, sizeof shown, fmt_host, host);
     const char *calls_note = ctx.jinja_tools == NV_TOOLS_XML            ? "the calls written as XML"
                              : ctx.jinja_tools == NV_TOOLS_MISTRAL_ARGS ? "the calls written as [TOOL_CALLS]NAME[ARGS]{...}"
+                             : ctx.jinja_tools == NV_TOOLS_MISTRAL_CALL_ID ? "the calls written as [TOOL_CALLS]NAME[CALL_ID]ID[ARGS]{...}"
                                                                         : NULL;
     if (!jinja)
         snprintf(tmpl_shown, sizeof tmpl_shown, "%s", nv_chat_template_name(tmpl));

@@ -613,9 +613,10 @@ static nv_err calls_grammar(const cJSON *tools, const char *only, nv_tool_style 
                                                          .prefix = style == NV_TOOLS_MISTRAL ? NV_MISTRAL_CALLS : NV_GRANITE_CALLS,
                                                          .suffix = "]",
                                                          .item_sep = parallel ? ", " : NULL} /* one list */
-                                : style == NV_TOOLS_MISTRAL_ARGS /* [TOOL_CALLS]NAME[ARGS]{...}, more right after */
+                                : nv_tool_style_mistral_args(style) /* [TOOL_CALLS]NAME[[CALL_ID]ID][ARGS]{...}, more right after */
                                     ? (nv_call_frame){.prefix = NV_MISTRAL_TOOL_CALLS, .suffix = "", .sep = parallel ? "" : NULL,
-                                                      .name_args = NV_MISTRAL_ARGS}
+                                                      .name_args = NV_MISTRAL_ARGS,
+                                                      .call_id = style == NV_TOOLS_MISTRAL_CALL_ID ? NV_MISTRAL_CALL_ID : NULL}
                                        : (nv_call_frame){.args_key = "arguments",
                                                          .prefix = "<tool_call>\n",
                                                          .suffix = "\n</tool_call>",
@@ -781,7 +782,7 @@ static int parse_tools(const nv_api_ctx *ctx, const cJSON *root, nv_api_request 
         out->req.lazy_grammar = out->lazy_grammar;
         out->req.lazy_trigger = style == NV_TOOLS_LLAMA3    ? "{"
                                 : style == NV_TOOLS_GRANITE || style == NV_TOOLS_PHI4_MINI ? NV_GRANITE_TOOL_CALL
-                                : style == NV_TOOLS_MISTRAL || style == NV_TOOLS_MISTRAL_ARGS ? NV_MISTRAL_TOOL_CALLS
+                                : style == NV_TOOLS_MISTRAL || nv_tool_style_mistral_args(style) ? NV_MISTRAL_TOOL_CALLS
                                                             : "<tool_call>";
         out->req.lazy_at_start = style == NV_TOOLS_LLAMA3;
         /* Llama 3's call is the whole answer, Granite's and Mistral's calls the rest of it */

@@ -68,8 +68,8 @@ nv_tool_style nv_chat_jinja_tool_style(nv_chat_template t, const char *jinja_tex
     /* <tool_call> too: templates that wrap the same body in a tag of their own are another form */
     if (jinja_text && strstr(jinja_text, "<tool_call>") && strstr(jinja_text, "<function=") && strstr(jinja_text, "<parameter="))
         return NV_TOOLS_XML;
-    if (jinja_text && strstr(jinja_text, NV_MISTRAL_TOOL_CALLS) && strstr(jinja_text, NV_MISTRAL_ARGS) && !strstr(jinja_text, "[CALL_ID]"))
-        return NV_TOOLS_MISTRAL_ARGS;
+    if (jinja_text && strstr(jinja_text, NV_MISTRAL_TOOL_CALLS) && strstr(jinja_text, NV_MISTRAL_ARGS))
+        return strstr(jinja_text, NV_MISTRAL_CALL_ID) ? NV_TOOLS_MISTRAL_CALL_ID : NV_TOOLS_MISTRAL_ARGS;
     return nv_chat_tool_style(t);
 }
 

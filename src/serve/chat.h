@@ -123,17 +123,20 @@ typedef struct {
 /* XML: Qwen3-Coder's (and Qwen3.5's) calls, each <tool_call>\n<function=NAME>\n<parameter=KEY>\nVALUE\n
  * </parameter>\n...</function>\n</tool_call>, a string VALUE as it is and any other as its JSON text; only a
  * template run as Jinja writes them (nv_chat_jinja_tool_style). */
-/* MISTRAL_ARGS: Mistral's later templates' calls (Devstral's, Mistral Small 3.2's), each
- * [TOOL_CALLS]NAME[ARGS]{...} one after another, ending the answer; only a template run as Jinja
- * writes them (nv_chat_jinja_tool_style). */
+/* MISTRAL_ARGS: Mistral's later templates' calls (Ministral 3's, Devstral 2's), each
+ * [TOOL_CALLS]NAME[ARGS]{...} one after another, ending the answer; MISTRAL_CALL_ID: the same with
+ * the call's id, which the model writes, between its name and its arguments (Mistral Small 3.2's,
+ * Magistral's and Devstral's of mid-2025: [TOOL_CALLS]NAME[CALL_ID]ID[ARGS]{...}, ID nine letters and
+ * digits); only a template run as Jinja writes them (nv_chat_jinja_tool_style). */
 typedef enum {
     NV_TOOLS_HERMES = 0, NV_TOOLS_LLAMA3, NV_TOOLS_GRANITE, NV_TOOLS_MISTRAL, NV_TOOLS_PHI4_MINI, NV_TOOLS_XML, NV_TOOLS_MISTRAL_ARGS,
+    NV_TOOLS_MISTRAL_CALL_ID,
     NV_TOOLS_N /* how many */
 } nv_tool_style;
 nv_tool_style nv_chat_tool_style(nv_chat_template t);
 /* The calls' format of a template run as Jinja whose text is jinja_text: XML where the text writes
  * "<tool_call>", "<function=" and "<parameter=" (as Qwen3-Coder's does), MISTRAL_ARGS where it writes
- * "[TOOL_CALLS]" and "[ARGS]" but not "[CALL_ID]" (the form with a call id between, not read), else t's. */
+ * "[TOOL_CALLS]" and "[ARGS]", MISTRAL_CALL_ID where also "[CALL_ID]", else t's. */
 nv_tool_style nv_chat_jinja_tool_style(nv_chat_template t, const char *jinja_text);
 /* The form a template is given each tool's text in (nv_chat_opts.tools): a template run as Jinja gets
  * each tool whole (Hermes's one line: its variables are parsed back from it), a renderer its own form. */
@@ -142,6 +145,10 @@ nv_tool_style nv_chat_tool_text_style(nv_chat_template t, const nv_jinja *jinja)
 #define NV_GRANITE_TOOL_CALL "<|tool_call|>"
 #define NV_MISTRAL_TOOL_CALLS "[TOOL_CALLS]"
 #define NV_MISTRAL_ARGS "[ARGS]" /* between a call's name and its arguments (MISTRAL_ARGS; a control token too) */
+#define NV_MISTRAL_CALL_ID "[CALL_ID]" /* between a call's name and its id (MISTRAL_CALL_ID; a control token too) */
+#define NV_MISTRAL_ID_LEN 9            /* the letters and digits of a Mistral call's id (its templates take no other) */
+/* 1 for the Mistral styles whose calls are NAME[ARGS]{...} (with or without the id between). */
+static inline int nv_tool_style_mistral_args(nv_tool_style s) { return s == NV_TOOLS_MISTRAL_ARGS || s == NV_TOOLS_MISTRAL_CALL_ID; }
 /* What their list of calls opens with, as the templates write it and the call grammar holds it. */
 #define NV_GRANITE_CALLS NV_GRANITE_TOOL_CALL "["
 #define NV_MISTRAL_CALLS NV_MISTRAL_TOOL_CALLS " ["

@@ -1814,6 +1814,16 @@ nv_err nv_tool_calls_grammar(const cJSON *tools, const char *only, const nv_call
     int n_ok = 0, n_held = 0, skipped = 0;
     char key[80], why[512] = "no tool to call";
     snprintf(key, sizeof key, "\"%s\"", frame->xml || frame->name_args ? "" : frame->args_key);
+    int id = -1; /* a call's own id: letters and digits */
+    if (frame->name_args && frame->call_id) {
+        nv_gbody alnum = {0};
+        nv_gbody_range(c.b, &alnum, 'a', 'z');
+        nv_gbody_alt(&alnum);
+        nv_gbody_range(c.b, &alnum, 'A', 'Z');
+        nv_gbody_alt(&alnum);
+        nv_gbody_range(c.b, &alnum, '0', '9');
+        id = repeat(&c, nv_gbuild_add(c.b, &alnum), NV_MISTRAL_ID_LEN, NV_MISTRAL_ID_LEN);
+    }
     for (const cJSON *t = tools ? tools->child : NULL; t && c.err == NV_OK; t = t->next) {
         const cJSON *fn = cJSON_GetObjectItemCaseSensitive(t, "function");
         const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(fn, "name"));
@@ -1841,8 +1851,12 @@ nv_err nv_tool_calls_grammar(const cJSON *tools, const char *only, const nv_call
             nv_gbody_lit(c.b, &body, lit, strlen(lit));
             nv_gbody_ref(&body, args);
             nv_gbody_lit(c.b, &body, "</function>", 11);
-        } else if (frame->name_args) { /* NAME name_args ARGS */
+        } else if (frame->name_args) { /* NAME [call_id ID] name_args ARGS */
             nv_gbody_lit(c.b, &body, name, strlen(name));
+            if (id >= 0) {
+                nv_gbody_lit(c.b, &body, frame->call_id, strlen(frame->call_id));
+                nv_gbody_ref(&body, id);
+            }
             nv_gbody_lit(c.b, &body, frame->name_args, strlen(frame->name_args));
             nv_gbody_ref(&body, args);
         } else { /* {"name": NAME, KEY: ARGS} */

@@ -65,6 +65,8 @@ typedef struct {
     const char *args_key, *prefix, *suffix, *sep, *item_sep;
     int xml;
     const char *name_args; /* not NULL: a call is instead NAME name_args ARGS (Mistral's NAME[ARGS]{...}; args_key unused) */
+    const char *call_id;   /* with name_args, not NULL: NAME call_id ID name_args ARGS, ID NV_MISTRAL_ID_LEN letters and
+                              digits (Mistral's NAME[CALL_ID]ID[ARGS]{...}: the model names its own call) */
 } nv_call_frame;
 
 /* The kinds of JSON value schema admits (its type, "number" holding "integer"; enum or const

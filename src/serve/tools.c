@@ -226,7 +226,8 @@ static void call_id(char *out, nv_tool_style style) {
     static const char digits[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
     nv_rng r;
     nv_rng_seed(&r, ((uint64_t)(nv_now() * 1e9) << 9) ^ atomic_fetch_add(&counter, 1) * 0x9E3779B97F4A7C15ull);
-    const int mistral = style == NV_TOOLS_MISTRAL || style == NV_TOOLS_MISTRAL_ARGS, at = mistral ? 0 : 5, n = mistral ? 9 : 24;
+    const int mistral = style == NV_TOOLS_MISTRAL || nv_tool_style_mistral_args(style), at = mistral ? 0 : 5,
+              n = mistral ? NV_MISTRAL_ID_LEN : 24;
     memcpy(out, "call_", (size_t)at);
     for (int i = 0; i < n; i++) out[at + i] = digits[nv_xorshift_u32(&r.state) % 62];
     out[at + n] = '\0';
@@ -246,17 +247,31 @@ cJSON *nv_json_parse_whole(const char *text, size_t n) {
     return j;
 }
 
-/* *out: a call of the tool name (n bytes) with args (NULL: none) as compact JSON text and a new id;
- * 1, or -1 when out of memory. */
-static int make_call(nv_tool_style style, const char *name, size_t n, const cJSON *args, nv_tool_call *out) {
+/* 1 when id (n bytes) is a Mistral call's: NV_MISTRAL_ID_LEN ASCII letters and digits. */
+static int mistral_id(const char *id, size_t n) {
+    if (n != NV_MISTRAL_ID_LEN) return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!((id[i] >= 'a' && id[i] <= 'z') || (id[i] >= 'A' && id[i] <= 'Z') || (id[i] >= '0' && id[i] <= '9'))) return 0;
+    return 1;
+}
+
+/* *out: a call of the tool name (n bytes) with args (NULL: none) as compact JSON text and a new id,
+ * or the model's own (id, id_n bytes) where it wrote a Mistral one; 1, or -1 when out of memory. */
+static int make_call_id(nv_tool_style style, const char *name, size_t n, const cJSON *args, const char *id, size_t id_n,
+                        nv_tool_call *out) {
     memset(out, 0, sizeof *out);
-    call_id(out->id, style);
+    if (id && mistral_id(id, id_n)) memcpy(out->id, id, id_n), out->id[id_n] = '\0';
+    else call_id(out->id, style);
     out->name = strndup(name, n);
     out->arguments = args ? cJSON_PrintUnformatted(args) : strdup("{}");
     if (out->name && out->arguments) return 1;
     free(out->name);
     free(out->arguments);
     return -1;
+}
+
+static int make_call(nv_tool_style style, const char *name, size_t n, const cJSON *args, nv_tool_call *out) {
+    return make_call_id(style, name, n, args, NULL, 0, out);
 }
 
 /* 1 when name (n bytes) is one of the request's tools. */
@@ -591,18 +606,21 @@ static int listed_calls(nv_tool_parser *p, const char *text, size_t n, nv_tool_c
     return ok;
 }
 
-/* Mistral's later calls after their first [TOOL_CALLS] (text, n bytes): NAME[ARGS]{...}, each further
- * one after its own [TOOL_CALLS], white space between; every one a call of a known tool with an
- * object, else none is (1, 0, -1 as listed_calls). */
+/* Mistral's later calls after their first [TOOL_CALLS] (text, n bytes): NAME[ARGS]{...} or
+ * NAME[CALL_ID]ID[ARGS]{...} (the model's ID kept where it is a Mistral id: the next turn's template
+ * writes it again), each further one after its own [TOOL_CALLS], white space between; every one a
+ * call of a known tool with an object, else none is (1, 0, -1 as listed_calls). */
 static int args_calls(nv_tool_parser *p, const char *text, size_t n, nv_tool_call **calls, int *n_calls) {
     const char *s = text, *end = text + n;
     int ok = 1, made = 0;
     while (ok > 0) {
         const char *a = find(s, end, NV_MISTRAL_ARGS), *j_end = NULL;
         const char *j = a ? a + strlen(NV_MISTRAL_ARGS) : NULL;
-        cJSON *args = a && known_tool(p, s, (size_t)(a - s)) ? cJSON_ParseWithLengthOpts(j, (size_t)(end - j), &j_end, 0) : NULL;
+        const char *id = a ? find(s, a, NV_MISTRAL_CALL_ID) : NULL, *name_end = id ? id : a;
+        if (id) id += strlen(NV_MISTRAL_CALL_ID);
+        cJSON *args = a && known_tool(p, s, (size_t)(name_end - s)) ? cJSON_ParseWithLengthOpts(j, (size_t)(end - j), &j_end, 0) : NULL;
         nv_tool_call c;
-        ok = cJSON_IsObject(args) ? make_call(p->style, s, (size_t)(a - s), args, &c) : 0;
+        ok = cJSON_IsObject(args) ? make_call_id(p->style, s, (size_t)(name_end - s), args, id, id ? (size_t)(a - id) : 0, &c) : 0;
         if (ok > 0 && add_call(calls, n_calls, &c) < 0) ok = -1;
         made += ok > 0;
         cJSON_Delete(args);
@@ -661,7 +679,7 @@ int nv_tool_parser_feed(nv_tool_parser *p, const char *s, size_t n, int final, n
     int rc = p->style == NV_TOOLS_LLAMA3    ? feed_llama3(p, final, content, calls, n_calls)
              : p->style == NV_TOOLS_GRANITE || p->style == NV_TOOLS_PHI4_MINI ? feed_list(p, NV_GRANITE_TOOL_CALL, listed_calls, final, content, calls, n_calls)
              : p->style == NV_TOOLS_MISTRAL ? feed_list(p, NV_MISTRAL_TOOL_CALLS, listed_calls, final, content, calls, n_calls)
-             : p->style == NV_TOOLS_MISTRAL_ARGS ? feed_list(p, NV_MISTRAL_TOOL_CALLS, args_calls, final, content, calls, n_calls)
+             : nv_tool_style_mistral_args(p->style) ? feed_list(p, NV_MISTRAL_TOOL_CALLS, args_calls, final, content, calls, n_calls)
                                             : feed_hermes(p, final, content, calls, n_calls);
     return rc < 0 || content->oom ? -1 : 0;
 }

@@ -17,7 +17,8 @@
  *   trailing white space; a list with anything else in it stays content as written (Phi-4-mini's
  *   style too: its closing <|/tool_call|> is a control token that prints nothing). Mistral style:
  *   the same after "[TOOL_CALLS]" (each call's "id" ignored). Mistral's later style (MISTRAL_ARGS):
- *   after the first "[TOOL_CALLS]" to the end, NAME[ARGS]{...} calls, each further one after its own
+ *   after the first "[TOOL_CALLS]" to the end, NAME[ARGS]{...} calls (or NAME[CALL_ID]ID[ARGS]{...}, the
+ *   model's ID the call's id where it is 9 letters and digits), each further one after its own
  *   "[TOOL_CALLS]" (white space between), all calls of known tools or none. XML style (Qwen3-Coder's): Hermes's
  *   blocks, each holding <function=NAME>\n(<parameter=KEY>\nVALUE\n</parameter>\n)*</function> (or
  *   Hermes's JSON); a VALUE is read as its parameter's schema admits (nv_schema_kinds): a string as
