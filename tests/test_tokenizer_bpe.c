@@ -18,6 +18,7 @@
 #include "serve/llamacpp.h"
 #include "serve/chat.h"
 #include "serve/schema.h"
+#include "serve/tools.h"
 #include "bpe_write.h"
 #include "t.h"
 
@@ -363,6 +364,61 @@ static void test_think_control_tokens(void) {
     T_CHECK(!strcmp(nv_tokenizer_decode(t, 0, open), ""), "<think>'s tags show nothing");
     nv_think_show_tags(t, NV_THINK_BRACKET);
     T_CHECK(!strcmp(nv_tokenizer_decode(t, 0, open), "[THINK]") && !strcmp(nv_tokenizer_decode(t, 0, close), "[/THINK]"), "Mistral's tags shown");
+    nv_tokenizer_free(t);
+}
+
+/* The text of answer's ids, each decoded after the one before it, as serve prints a stream. */
+static void decoded(const nv_tokenizer *t, const int *ids, int n, char *out, size_t cap) {
+    *out = '\0';
+    for (int i = 0; i < n; i++) snprintf(out + strlen(out), cap - strlen(out), "%s", nv_tokenizer_decode(t, i ? ids[i - 1] : 0, ids[i]));
+}
+
+/* Mistral's tool-call markers as the control tokens of its vocabularies: serve shows those its
+ * template's call style writes, so that the answer's calls reach the parser as text (the model's
+ * own call id with them). */
+static void test_call_control_tokens(void) {
+    static const struct {
+        nv_tool_style style;
+        const char *shown; /* the markers that print as text, of [TOOL_CALLS], [ARGS], [CALL_ID] */
+    } cases[] = {{NV_TOOLS_HERMES, "---"}, {NV_TOOLS_MISTRAL_ARGS, "TA-"}, {NV_TOOLS_MISTRAL_CALL_ID, "TAC"}};
+    const char *answer = "[TOOL_CALLS]play[CALL_ID]a1B2c3D4e[ARGS]{}";
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        nv_tokenizer *t = load_vocab(&(vocab_opts){"tekken", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 4});
+        if (!t) return;
+        nv_chat_show_tool_tokens(t, NV_CHAT_CHATML, cases[c].style);
+        for (int k = 0; k < 3; k++) {
+            const char *want = cases[c].shown[k] == '-' ? "" : k == 0 ? "[TOOL_CALLS]" : k == 1 ? "[ARGS]" : "[CALL_ID]";
+            T_CHECK(!strcmp(nv_tokenizer_decode(t, 0, N_TOKENS + k), want), "style %d: token %d prints '%s'", (int)cases[c].style, k,
+                    nv_tokenizer_decode(t, 0, N_TOKENS + k));
+        }
+        if (cases[c].style == NV_TOOLS_MISTRAL_CALL_ID) {
+            int *ids = NULL, n = 0;
+            T_CHECK(nv_tokenizer_encode(t, answer, 0, 0, &ids, &n) == NV_OK, "%s", nv_errmsg());
+            int controls = 0;
+            for (int i = 0; i < n; i++) controls += ids[i] >= N_TOKENS;
+            char text[256];
+            decoded(t, ids, n, text, sizeof text);
+            const char *names[] = {"play"};
+            nv_tool_parser p = {.style = NV_TOOLS_MISTRAL_CALL_ID, .names = names, .n_names = 1};
+            nv_buf content = {0};
+            nv_tool_call *calls = NULL;
+            int n_calls = 0;
+            nv_tool_parser_feed(&p, text, strlen(text), 1, &content, &calls, &n_calls);
+            T_CHECK(controls == 3 && n_calls == 1 && !strcmp(calls[0].name, "play") && !strcmp(calls[0].id, "a1B2c3D4e"),
+                    "the answer's %d control tokens, printed '%s': %d calls", controls, text, n_calls);
+            nv_tool_calls_free(calls, n_calls);
+            nv_buf_free(&content);
+            nv_tool_parser_free(&p);
+            free(ids);
+        }
+        nv_tokenizer_free(t);
+    }
+    /* Mistral's v3 template: its [TOOL_CALLS] alone, whatever the Jinja style */
+    nv_tokenizer *t = load_vocab(&(vocab_opts){"tekken", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 4});
+    if (!t) return;
+    nv_chat_show_tool_tokens(t, NV_CHAT_MISTRAL, NV_TOOLS_HERMES);
+    T_CHECK(!strcmp(nv_tokenizer_decode(t, 0, N_TOKENS), "[TOOL_CALLS]") && !strcmp(nv_tokenizer_decode(t, 0, N_TOKENS + 1), ""),
+            "mistral's renderer: [TOOL_CALLS] shown, [ARGS] not");
     nv_tokenizer_free(t);
 }
 
@@ -758,6 +814,7 @@ int main(void) {
     T_RUN(test_gpt4o_split);
     T_RUN(test_tekken_split);
     T_RUN(test_think_control_tokens);
+    T_RUN(test_call_control_tokens);
     T_RUN(test_write_read_back);
     T_RUN(test_chat_turn_boundary);
     T_RUN(test_chat_history);

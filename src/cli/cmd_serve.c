@@ -566,12 +566,8 @@ int cli_serve_run(int argc, char **argv, const cli_serve_job *job) {
         cli_error(CMD, 1, "%s", nv_errmsg());
         goto done;
     }
-    /* a template whose calls open with a control token (Granite's <|tool_call|>): its text must reach
-       the tool-call parser, as llama.cpp's preserved tokens */
-    if (nv_chat_tool_token(tmpl)) nv_tokenizer_show(tok, nv_chat_tool_token(tmpl));
     const nv_tool_style jinja_tools = jinja ? nv_chat_jinja_tool_style(tmpl, jinja_text) : NV_TOOLS_HERMES;
-    if (nv_tool_style_mistral_args(jinja_tools)) nv_tokenizer_show(tok, NV_MISTRAL_TOOL_CALLS), nv_tokenizer_show(tok, NV_MISTRAL_ARGS);
-    if (jinja_tools == NV_TOOLS_MISTRAL_CALL_ID) nv_tokenizer_show(tok, NV_MISTRAL_CALL_ID);
+    nv_chat_show_tool_tokens(tok, tmpl, jinja_tools);
     char tuned_line[160] = "";
     if (!no_tune && !engine_name && !chunk_given) { /* what `nerve tune` measured best here for this model */
         char machine[512], key[256];

@@ -73,6 +73,12 @@ nv_tool_style nv_chat_jinja_tool_style(nv_chat_template t, const char *jinja_tex
     return nv_chat_tool_style(t);
 }
 
+void nv_chat_show_tool_tokens(nv_tokenizer *tok, nv_chat_template t, nv_tool_style jinja_tools) {
+    if (nv_chat_tool_token(t)) nv_tokenizer_show(tok, nv_chat_tool_token(t));
+    if (nv_tool_style_mistral_args(jinja_tools)) nv_tokenizer_show(tok, NV_MISTRAL_TOOL_CALLS), nv_tokenizer_show(tok, NV_MISTRAL_ARGS);
+    if (jinja_tools == NV_TOOLS_MISTRAL_CALL_ID) nv_tokenizer_show(tok, NV_MISTRAL_CALL_ID);
+}
+
 const char *nv_chat_tool_token(nv_chat_template t) {
     return t == NV_CHAT_GRANITE || t == NV_CHAT_PHI4_MINI ? NV_GRANITE_TOOL_CALL : t == NV_CHAT_MISTRAL ? NV_MISTRAL_TOOL_CALLS : NULL;
 }

@@ -155,6 +155,10 @@ static inline int nv_tool_style_mistral_args(nv_tool_style s) { return s == NV_T
 /* The text of the control token that opens the template's tool calls, which decoding must print
  * (nv_tokenizer_show): Granite's, Mistral's, Phi-4-mini's; NULL for the others (their markers are text). */
 const char *nv_chat_tool_token(nv_chat_template t);
+/* Shows (nv_tokenizer_show) the control tokens the calls of template t with call style jinja_tools
+ * are written with (Granite's <|tool_call|>; Mistral's [TOOL_CALLS], [ARGS] and [CALL_ID]), so that
+ * their text reaches the tool-call parser, as llama.cpp's preserved tokens. */
+void nv_chat_show_tool_tokens(nv_tokenizer *tok, nv_chat_template t, nv_tool_style jinja_tools);
 
 nv_err nv_chat_template_parse(const char *name, nv_chat_template *out);
 const char *nv_chat_template_name(nv_chat_template t);
