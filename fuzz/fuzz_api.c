@@ -288,9 +288,13 @@ static void check_tool_parser(const char *data, size_t size) {
                      (!content[0].len || !memcmp(content[0].data, content[1].data, content[0].len)) && content[0].len <= size,
                  "tool parser style %d: whole and byte by byte differ (%d / %d calls, %zu / %zu bytes)", style, n[0], n[1],
                  content[0].len, content[1].len);
-        for (int k = 0; k < n[0] && k < n[1]; k++)
+        for (int k = 0; k < n[0] && k < n[1]; k++) {
             FZ_CHECK(!strcmp(calls[0][k].name, calls[1][k].name) && !strcmp(calls[0][k].arguments, calls[1][k].arguments),
                      "tool parser: call %d differs", k);
+            /* an id taken from the text (Mistral's [CALL_ID]) is the same either way; made-up ones are random */
+            if (memmem(data, size, calls[0][k].id, strlen(calls[0][k].id)))
+                FZ_CHECK(!strcmp(calls[0][k].id, calls[1][k].id), "tool parser: call %d's own id differs", k);
+        }
         for (int b = 0; b < 2; b++) nv_buf_free(&content[b]), nv_tool_calls_free(calls[b], n[b]);
     }
 }
@@ -433,10 +437,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         int chat = pass > 0;
         ctx.tmpl = passes[pass];
         ctx.jinja = pass != 4 ? NULL : size % 2 ? prog : prog_think;
-        /* its calls written as XML or as Mistral's [ARGS] (by the body's length): the tools' schemas compiled to that form */
-        ctx.jinja_tools = pass != 4 ? NV_TOOLS_HERMES : size % 2 ? NV_TOOLS_XML : NV_TOOLS_MISTRAL_ARGS;
-        /* and Mistral's [THINK] blocks with its [ARGS] calls: grammars after them, earlier reasoning as thinking chunks */
-        ctx.think_tags = ctx.reasoning = ctx.jinja_tools == NV_TOOLS_MISTRAL_ARGS ? NV_THINK_BRACKET : NV_THINK_ANGLE;
+        /* its calls written as XML or as one of Mistral's [ARGS] forms (by the body's length): the tools'
+           schemas compiled to that form */
+        ctx.jinja_tools = pass != 4 ? NV_TOOLS_HERMES : size % 2 ? NV_TOOLS_XML : size / 2 % 2 ? NV_TOOLS_MISTRAL_CALL_ID : NV_TOOLS_MISTRAL_ARGS;
+        /* and Mistral's [THINK] blocks with its calls: grammars after them, earlier reasoning as thinking chunks */
+        ctx.think_tags = ctx.reasoning = nv_tool_style_mistral_args(ctx.jinja_tools) ? NV_THINK_BRACKET : NV_THINK_ANGLE;
         nv_api_request r;
         nv_api_error err;
         int rc = nv_api_parse(&ctx, chat, (const char *)data, size, &r, &err);

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "serve/anthropic.h"
+#include "serve/ollama.h"
 #include "serve_util.h"
 #include "t.h"
 #include "tok_util.h"
@@ -37,6 +38,53 @@ static const char *A_TOOLS = "\"tools\":[{\"name\":\"play\",\"description\":\"Pl
 static const char *O_TOOLS = "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"play\",\"description\":\"Play\","
                              "\"parameters\":{\"type\":\"object\",\"properties\":{\"toy\":{\"enum\":[\"ball\",\"car\"]}},"
                              "\"required\":[\"toy\"]}}}]";
+
+/* Mistral's templates take call ids of 9 letters and digits alone: the tool_use id this server gave
+ * such a call (toolu_ and the 9) reaches the template as the 9 again, any other as sent; Ollama's
+ * calls, which carry no ids, get ids of that form. The v3 renderer writes the ids, so each must
+ * match the OpenAI conversation's exactly. */
+static void test_mistral_call_ids(void) {
+    nv_tokenizer *tok = tok512();
+    if (!tok) return;
+    nv_api_ctx ctx = {.model_id = "m", .tok = tok, .tmpl = NV_CHAT_MISTRAL, .seq_len = 4096, .vocab_size = 512, .capacity = 4000, .dim = 64};
+    static const char a_fmt[] =
+        "{\"model\":\"m\",\"max_tokens\":9,%s,\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"},{\"role\":\"assistant\","
+        "\"content\":[{\"type\":\"tool_use\",\"id\":\"%s\",\"name\":\"play\",\"input\":{\"toy\":\"car\"}}]},{\"role\":\"user\","
+        "\"content\":[{\"type\":\"tool_result\",\"tool_use_id\":\"%s\",\"content\":\"vroom\"}]}]}";
+    static const char o_fmt[] =
+        "{\"max_tokens\":9,%s,\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"},{\"role\":\"assistant\",\"content\":\"\","
+        "\"tool_calls\":[{\"id\":\"%s\",\"type\":\"function\",\"function\":{\"name\":\"play\",\"arguments\":"
+        "\"{\\\"toy\\\":\\\"car\\\"}\"}}]},{\"role\":\"tool\",\"tool_call_id\":\"%s\",\"content\":\"vroom\"}]}";
+    static const struct {
+        const char *anth, *openai;
+        int same;
+    } cases[] = {{"toolu_a1B2c3D4e", "a1B2c3D4e", 1},
+                 {"toolu_a1B2c3D4e", "toolu_a1B2c3D4e", 0}, /* the ids are in the prompt: a wrong one shows */
+                 {"toolu_a1B2c3D4e5", "toolu_a1B2c3D4e5", 1},
+                 {"toolu_01A09q90qw90lq917835lq9", "toolu_01A09q90qw90lq917835lq9", 1},
+                 {"a1B2c3D4e", "a1B2c3D4e", 1}};
+    char a[4096], o[4096], why[256];
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        snprintf(a, sizeof a, a_fmt, A_TOOLS, cases[i].anth, cases[i].anth);
+        snprintf(o, sizeof o, o_fmt, O_TOOLS, cases[i].openai, cases[i].openai);
+        T_CHECK(same_prompt(&ctx, a, o, why, sizeof why) == cases[i].same, "%s against %s: %s", cases[i].anth, cases[i].openai, why);
+    }
+    /* Ollama's: call k of message i is i in six base-36 digits and k in three */
+    const char *olla = "{\"model\":\"m\",%s,\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"},{\"role\":\"assistant\","
+                       "\"content\":\"\",\"tool_calls\":[{\"function\":{\"name\":\"play\",\"arguments\":{\"toy\":\"car\"}}}]},"
+                       "{\"role\":\"tool\",\"content\":\"vroom\"}]}";
+    snprintf(a, sizeof a, olla, O_TOOLS);
+    snprintf(o, sizeof o, o_fmt, O_TOOLS, "000001000", "000001000");
+    nv_api_request ro, rq;
+    nv_olla_meta meta;
+    nv_api_error e;
+    T_CHECK(nv_olla_parse(&ctx, a, strlen(a), 1, &ro, &meta, &e) == 0, "ollama: %s", e.message);
+    T_CHECK(nv_api_parse(&ctx, 1, o, strlen(o), &rq, &e) == 0, "openai: %s", e.message);
+    T_CHECK(same_ids(ro.req.prompt, ro.req.n_prompt, rq.req.prompt, rq.req.n_prompt), "ollama's ids: %d vs %d tokens", ro.req.n_prompt,
+            rq.req.n_prompt);
+    nv_api_request_free(&ro), nv_api_request_free(&rq), nv_olla_meta_free(&meta);
+    nv_tokenizer_free(tok);
+}
 
 /* system, text blocks, tool_use and tool_result render as their OpenAI counterparts */
 static void test_translation_matches_openai(void) {
@@ -651,6 +699,7 @@ static void test_server_tools(void) {
 
 int main(void) {
     T_RUN(test_translation_matches_openai);
+    T_RUN(test_mistral_call_ids);
     T_RUN(test_prefill);
     T_RUN(test_thinking_default);
     T_RUN(test_refusals);

@@ -894,6 +894,9 @@ static void test_tool_parser_call_ids(void) {
     call_ids_of("[TOOL_CALLS]play[CALL_ID]a1B2c3D4e[ARGS]{}[TOOL_CALLS]get_weather[CALL_ID]Zz9Yy8Xx7[ARGS]{\"city\":\"Oslo\"}", got,
                 sizeof got);
     T_CHECK(!strcmp(got, "a1B2c3D4e, Zz9Yy8Xx7"), "the model's ids: %s", got);
+    /* an id given twice: the second call gets its own, so each result names one call */
+    call_ids_of("[TOOL_CALLS]play[CALL_ID]abcdefghi[ARGS]{}[TOOL_CALLS]play[CALL_ID]abcdefghi[ARGS]{\"a\":1}", got, sizeof got);
+    T_CHECK(strlen(got) == 20 && !strncmp(got, "abcdefghi, ", 11) && strcmp(got + 11, "abcdefghi"), "an id twice: %s", got);
     static const char *const other[] = {"[TOOL_CALLS]play[CALL_ID]abc[ARGS]{}", "[TOOL_CALLS]play[CALL_ID]abcdefghij[ARGS]{}",
                                         "[TOOL_CALLS]play[CALL_ID]abcd_fghi[ARGS]{}", "[TOOL_CALLS]play[CALL_ID][ARGS]{}",
                                         "[TOOL_CALLS]play[ARGS]{}"};
@@ -983,6 +986,10 @@ static void test_tool_parser(void) {
         {"[TOOL_CALLS]pl[CALL_ID]ay[ARGS]{}", "[TOOL_CALLS]pl[CALL_ID]ay[ARGS]{}", 0, NULL, NULL}, /* the name cut by the id */
         {"[TOOL_CALLS]play[CALL_ID]abcdefghi{}", "[TOOL_CALLS]play[CALL_ID]abcdefghi{}", 0, NULL, NULL}, /* no [ARGS] */
         {"[TOOL_CALLS]play[CALL_ID]abc[ARGS]{}", "", 1, "play", "{}"}, /* an id of another form: replaced */
+        /* another marker before [ARGS]: the id would swallow it */
+        {"[TOOL_CALLS]play[CALL_ID]x[TOOL_CALLS]get_weather[CALL_ID]abcdefghi[ARGS]{}",
+         "[TOOL_CALLS]play[CALL_ID]x[TOOL_CALLS]get_weather[CALL_ID]abcdefghi[ARGS]{}", 0, NULL, NULL},
+        {"[TOOL_CALLS]play[CALL_ID]a[CALL_ID]abcdefghi[ARGS]{}", "[TOOL_CALLS]play[CALL_ID]a[CALL_ID]abcdefghi[ARGS]{}", 0, NULL, NULL},
     };
     run_tool_cases(NV_TOOLS_MISTRAL_CALL_ID, mistral_call_id, sizeof mistral_call_id / sizeof mistral_call_id[0]);
     /* Qwen3-Coder's XML: each value read as its schema admits */

@@ -12,6 +12,12 @@
 
 
 
+/* A tool_use id as the conversation's template gets it: tool_use_block's inverse for a Mistral id
+ * (toolu_ and 9 letters and digits: the 9 alone, which Mistral's templates require), else as sent. */
+static const char *call_id_of(const char *id) {
+    return !strncmp(id, "toolu_", 6) && nv_tool_mistral_id(id + 6, strlen(id + 6)) ? id + 6 : id;
+}
+
 static int is_type(const cJSON *block, const char *type) {
     const cJSON *t = cJSON_GetObjectItemCaseSensitive(block, "type");
     return cJSON_IsString(t) && !strcmp(t->valuestring, type);
@@ -100,7 +106,7 @@ static int user_blocks(const cJSON *content, int i, cJSON *msgs, nv_api_error *e
             if (c) rc = text_of(c, path, &result, err);
             if (!rc && result.oom) rc = nv_api_oom(err);
             cJSON *m = rc ? NULL : add_msg(msgs, "tool", result.data);
-            if (m) cJSON_AddStringToObject(m, "tool_call_id", id->valuestring);
+            if (m) cJSON_AddStringToObject(m, "tool_call_id", call_id_of(id->valuestring));
             else if (!rc) rc = nv_api_oom(err);
             nv_buf_free(&result);
         } else if (is_type(b, "image") || is_type(b, "document")) {
@@ -142,7 +148,7 @@ static int assistant_blocks(const cJSON *content, int i, cJSON *msgs, nv_api_err
                 rc = nv_api_oom(err);
                 break;
             }
-            cJSON_AddStringToObject(call, "id", id->valuestring);
+            cJSON_AddStringToObject(call, "id", call_id_of(id->valuestring));
             cJSON_AddStringToObject(call, "type", "function");
             cJSON_AddStringToObject(fn, "name", name->valuestring);
             cJSON_AddStringToObject(fn, "arguments", args);

@@ -88,6 +88,17 @@ static int translate_format(const cJSON *in, cJSON *out, nv_api_error *err) {
     return 0;
 }
 
+/* The id given to call k of message i (Ollama's calls carry none): 9 letters and digits, message and
+   call in base 36, so that Mistral's templates, which take no other length, take it too (unique for
+   up to 36^3 calls in a message). */
+static void call_id_of(int i, int k, char id[16]) {
+    static const char digits[] = "0123456789abcdefghijklmnopqrstuvwxyz";
+    unsigned v = (unsigned)i, w = (unsigned)k;
+    for (int d = 5; d >= 0; d--, v /= 36) id[d] = digits[v % 36];
+    for (int d = 8; d >= 6; d--, w /= 36) id[d] = digits[w % 36];
+    id[9] = '\0';
+}
+
 /* Ollama's messages as OpenAI's: tool_calls' arguments objects as JSON text with ids, and each tool
    message linked to the call it answers (by tool_name, else the next unanswered one). */
 static int translate_messages(const cJSON *msgs, cJSON *out, nv_api_error *err) {
@@ -115,8 +126,8 @@ static int translate_messages(const cJSON *msgs, cJSON *out, nv_api_error *err) 
                 const cJSON *name = cJSON_GetObjectItemCaseSensitive(fn, "name"), *args = cJSON_GetObjectItemCaseSensitive(fn, "arguments");
                 if (!cJSON_IsString(name)) return nv_api_bad(err, "messages.%d.tool_calls.%d.function.name: required (a string)", i, k);
                 cJSON *call = cJSON_CreateObject(), *f = cJSON_CreateObject();
-                char id[32];
-                snprintf(id, sizeof id, "call_%d_%d", i, k);
+                char id[16];
+                call_id_of(i, k, id);
                 cJSON_AddItemToArray(oc, call);
                 cJSON_AddStringToObject(call, "id", id);
                 cJSON_AddStringToObject(call, "type", "function");
@@ -139,8 +150,8 @@ static int translate_messages(const cJSON *msgs, cJSON *out, nv_api_error *err) 
             }
             if (pick < 0) pick = answered < k ? answered : k - 1;
             answered++;
-            char id[32];
-            snprintf(id, sizeof id, "call_%d_%d", call_msg, pick);
+            char id[16];
+            call_id_of(call_msg, pick, id);
             cJSON_AddStringToObject(q, "tool_call_id", id);
         }
     }

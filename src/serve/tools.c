@@ -247,8 +247,7 @@ cJSON *nv_json_parse_whole(const char *text, size_t n) {
     return j;
 }
 
-/* 1 when id (n bytes) is a Mistral call's: NV_MISTRAL_ID_LEN ASCII letters and digits. */
-static int mistral_id(const char *id, size_t n) {
+int nv_tool_mistral_id(const char *id, size_t n) {
     if (n != NV_MISTRAL_ID_LEN) return 0;
     for (size_t i = 0; i < n; i++)
         if (!((id[i] >= 'a' && id[i] <= 'z') || (id[i] >= 'A' && id[i] <= 'Z') || (id[i] >= '0' && id[i] <= '9'))) return 0;
@@ -260,7 +259,7 @@ static int mistral_id(const char *id, size_t n) {
 static int make_call_id(nv_tool_style style, const char *name, size_t n, const cJSON *args, const char *id, size_t id_n,
                         nv_tool_call *out) {
     memset(out, 0, sizeof *out);
-    if (id && mistral_id(id, id_n)) memcpy(out->id, id, id_n), out->id[id_n] = '\0';
+    if (id && nv_tool_mistral_id(id, id_n)) memcpy(out->id, id, id_n), out->id[id_n] = '\0';
     else call_id(out->id, style);
     out->name = strndup(name, n);
     out->arguments = args ? cJSON_PrintUnformatted(args) : strdup("{}");
@@ -607,9 +606,11 @@ static int listed_calls(nv_tool_parser *p, const char *text, size_t n, nv_tool_c
 }
 
 /* Mistral's later calls after their first [TOOL_CALLS] (text, n bytes): NAME[ARGS]{...} or
- * NAME[CALL_ID]ID[ARGS]{...} (the model's ID kept where it is a Mistral id: the next turn's template
- * writes it again), each further one after its own [TOOL_CALLS], white space between; every one a
- * call of a known tool with an object, else none is (1, 0, -1 as listed_calls). */
+ * NAME[CALL_ID]ID[ARGS]{...} (the model's ID kept where it is a Mistral id not given to an earlier
+ * call of the answer: the next turn's template writes it again, and a result names its call by it;
+ * an ID holding another marker is no call), each further one after its own [TOOL_CALLS], white
+ * space between; every one a call of a known tool with an object, else none is (1, 0, -1 as
+ * listed_calls). */
 static int args_calls(nv_tool_parser *p, const char *text, size_t n, nv_tool_call **calls, int *n_calls) {
     const char *s = text, *end = text + n;
     int ok = 1, made = 0;
@@ -618,9 +619,16 @@ static int args_calls(nv_tool_parser *p, const char *text, size_t n, nv_tool_cal
         const char *j = a ? a + strlen(NV_MISTRAL_ARGS) : NULL;
         const char *id = a ? find(s, a, NV_MISTRAL_CALL_ID) : NULL, *name_end = id ? id : a;
         if (id) id += strlen(NV_MISTRAL_CALL_ID);
+        size_t id_n = id ? (size_t)(a - id) : 0;
+        if (id && memchr(id, '[', id_n)) { /* [TOOL_CALLS] or [CALL_ID] again before [ARGS]: not calls */
+            ok = 0;
+            break;
+        }
+        for (int k = 0; id && k < *n_calls; k++)
+            if (strlen((*calls)[k].id) == id_n && !memcmp((*calls)[k].id, id, id_n)) id = NULL, id_n = 0; /* a new one */
         cJSON *args = a && known_tool(p, s, (size_t)(name_end - s)) ? cJSON_ParseWithLengthOpts(j, (size_t)(end - j), &j_end, 0) : NULL;
         nv_tool_call c;
-        ok = cJSON_IsObject(args) ? make_call_id(p->style, s, (size_t)(name_end - s), args, id, id ? (size_t)(a - id) : 0, &c) : 0;
+        ok = cJSON_IsObject(args) ? make_call_id(p->style, s, (size_t)(name_end - s), args, id, id_n, &c) : 0;
         if (ok > 0 && add_call(calls, n_calls, &c) < 0) ok = -1;
         made += ok > 0;
         cJSON_Delete(args);

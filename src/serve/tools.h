@@ -42,6 +42,9 @@
 
 #define NV_MAX_TOOLS 128
 
+/* 1 when id (n bytes) is a Mistral call's id: NV_MISTRAL_ID_LEN ASCII letters and digits (its
+ * templates refuse any other). */
+int nv_tool_mistral_id(const char *id, size_t n);
 void nv_py_json(nv_buf *b, const cJSON *v, int indent);
 /* json, parsed from text[0..n): each number written as a float (3.0, 1e3) keeps its literal in
  * valuestring (cJSON keeps only the value; its type stays a number, which cJSON_Delete frees with it),
