@@ -1206,7 +1206,7 @@ static void test_xml_tool_calls(void) {
     int rc = server_stop(&s);
     T_CHECK(rc == 0, "XML tools server exit %d", rc);
 
-    /* Mistral's later form (Ministral 3's, Devstral 2's): [TOOL_CALLS]NAME[ARGS]{...}, read from a
+    /* Mistral's later form (Ministral 3's): [TOOL_CALLS]NAME[ARGS]{...}, read from a
        template that writes [ARGS]; calls get Mistral's 9-character ids */
     mistral_form(model, "args", "the calls written as [TOOL_CALLS]NAME[ARGS]{...}", "", "", 1, conv,
                  "[INST]Play?[/INST][TOOL_CALLS]get_weather[ARGS]{\\\"city\\\": \\\"Oslo\\\", \\\"days\\\": 3, ");

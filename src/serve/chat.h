@@ -123,11 +123,10 @@ typedef struct {
 /* XML: Qwen3-Coder's (and Qwen3.5's) calls, each <tool_call>\n<function=NAME>\n<parameter=KEY>\nVALUE\n
  * </parameter>\n...</function>\n</tool_call>, a string VALUE as it is and any other as its JSON text; only a
  * template run as Jinja writes them (nv_chat_jinja_tool_style). */
-/* MISTRAL_ARGS: Mistral's later templates' calls (Ministral 3's, Devstral 2's), each
+/* MISTRAL_ARGS: Mistral's later templates' calls (Ministral 3's: the v13 vocabulary's), each
  * [TOOL_CALLS]NAME[ARGS]{...} one after another, ending the answer; MISTRAL_CALL_ID: the same with
- * the call's id, which the model writes, between its name and its arguments (Mistral Small 3.2's,
- * Magistral's and Devstral's of mid-2025: [TOOL_CALLS]NAME[CALL_ID]ID[ARGS]{...}, ID nine letters and
- * digits); only a template run as Jinja writes them (nv_chat_jinja_tool_style). */
+ * the call's id, which the model writes, between its name and its arguments (Mistral Small 3.2's, the
+ * v11 vocabulary's: [TOOL_CALLS]NAME[CALL_ID]ID[ARGS]{...}, ID nine letters and digits); only a template run as Jinja writes them (nv_chat_jinja_tool_style). */
 typedef enum {
     NV_TOOLS_HERMES = 0, NV_TOOLS_LLAMA3, NV_TOOLS_GRANITE, NV_TOOLS_MISTRAL, NV_TOOLS_PHI4_MINI, NV_TOOLS_XML, NV_TOOLS_MISTRAL_ARGS,
     NV_TOOLS_MISTRAL_CALL_ID,
