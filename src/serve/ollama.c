@@ -91,7 +91,7 @@ static int translate_format(const cJSON *in, cJSON *out, nv_api_error *err) {
 /* The id given to call k of message i (Ollama's calls carry none): 9 letters and digits, message and
    call in base 36, so that Mistral's templates, which take no other length, take it too (unique for
    up to 36^3 calls in a message). */
-static void call_id_of(int i, int k, char id[16]) {
+static void made_up_call_id(int i, int k, char id[16]) {
     static const char digits[] = "0123456789abcdefghijklmnopqrstuvwxyz";
     unsigned v = (unsigned)i, w = (unsigned)k;
     for (int d = 5; d >= 0; d--, v /= 36) id[d] = digits[v % 36];
@@ -127,7 +127,7 @@ static int translate_messages(const cJSON *msgs, cJSON *out, nv_api_error *err) 
                 if (!cJSON_IsString(name)) return nv_api_bad(err, "messages.%d.tool_calls.%d.function.name: required (a string)", i, k);
                 cJSON *call = cJSON_CreateObject(), *f = cJSON_CreateObject();
                 char id[16];
-                call_id_of(i, k, id);
+                made_up_call_id(i, k, id);
                 cJSON_AddItemToArray(oc, call);
                 cJSON_AddStringToObject(call, "id", id);
                 cJSON_AddStringToObject(call, "type", "function");
@@ -151,7 +151,7 @@ static int translate_messages(const cJSON *msgs, cJSON *out, nv_api_error *err) 
             if (pick < 0) pick = answered < k ? answered : k - 1;
             answered++;
             char id[16];
-            call_id_of(call_msg, pick, id);
+            made_up_call_id(call_msg, pick, id);
             cJSON_AddStringToObject(q, "tool_call_id", id);
         }
     }
