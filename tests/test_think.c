@@ -192,7 +192,8 @@ static void test_think_serve(void) {
         return;
     }
     server s;
-    if (!template_server(&s, "think_serve", m, z, "think.jinja", THINK_TEMPLATE, "--kv-memory 16M --kv-disk-cache 0", "(reasoning to reasoning_content)")) {
+    /* the servers here on the exact engine: the same text on every CPU (answers' token counts are checked) */
+    if (!template_server(&s, "think_serve", m, z, "think.jinja", THINK_TEMPLATE, "--kv-memory 16M --kv-disk-cache 0 --engine avx2", "(reasoning to reasoning_content)")) {
         nv_tokenizer_free(tok);
         return;
     }
@@ -318,7 +319,7 @@ static void test_think_serve(void) {
     /* the server's default budget and message; a request's -1 lifts it */
     if (!template_server(&s, "think_budget", m, z, "think.jinja", THINK_TEMPLATE,
                          "--kv-memory 16M --kv-disk-cache 0 --reasoning-budget 7 --reasoning-budget-message 'Time is up.' "
-                         "--spec-tokens 4 --spec-lookup-min 1", /* (drafts change nothing: the same text as the first server's) */
+                         "--spec-tokens 4 --spec-lookup-min 1 --engine avx2", /* (drafts change nothing: the same text as the first server's) */
                          "(reasoning to reasoning_content)")) {
         nv_tokenizer_free(tok);
         return;
@@ -351,7 +352,7 @@ static void test_think_mistral(void) {
     const char *m = t_data("models/stories260K.bin"), *z = t_data("models/tok512.bin");
     if (!m || !z) return;
     server s;
-    if (!template_server(&s, "think_mistral", m, z, "think_mistral.jinja", MISTRAL_THINK_TEMPLATE, "--kv-memory 16M --kv-disk-cache 0",
+    if (!template_server(&s, "think_mistral", m, z, "think_mistral.jinja", MISTRAL_THINK_TEMPLATE, "--kv-memory 16M --kv-disk-cache 0 --engine avx2",
                          "(reasoning in [THINK] blocks to reasoning_content)"))
         return;
     /* an earlier answer's reasoning reaches the template as a thinking chunk before its text */
