@@ -873,6 +873,10 @@ static void test_structured_outputs(void) {
  * calls whose arguments fit the tools' schemas (those of test_tool_calls), whole and streamed
  * alike, finish_reason "tool_calls", content null, ids OpenAI's "call_..." (short: Mistral's 9
  * letters and digits). Returns the calls seen. */
+/* The tool-call servers' flags: the exact engine, whose sampled answers (and so how many of them are
+ * calls) are the same on every CPU. */
+#define TOOLS_ARGS "--kv-memory 64M --engine avx2"
+
 /* short_ids: 0 OpenAI's ids, 1 Mistral's, 2 the model's own (Mistral's [CALL_ID]): the same ids whole
  * and streamed under the same seed, as no id the server makes up would be. */
 static int required_calls(int port, const char *tools, int n_seeds, int short_ids) {
@@ -953,7 +957,7 @@ static void template_tools(const char *model, const char *tools, const char *tmp
                            const char *want, const char *want2) {
     server s;
     char flags[128], name[64], body[4096];
-    snprintf(flags, sizeof flags, "--kv-memory 64M --chat-template %s", tmpl);
+    snprintf(flags, sizeof flags, TOOLS_ARGS " --chat-template %s", tmpl);
     snprintf(name, sizeof name, "tools-%s", tmpl);
     if (!server_spawn(&s, name, NULL, NULL, model, tok_path, flags, 30)) {
         T_CHECK(0, "the %s tools server did not start", tmpl);
@@ -992,7 +996,7 @@ static void test_tool_calls(void) {
         return;
     }
     server s;
-    if (!server_spawn(&s, "tools", NULL, NULL, model, tok_path, "--kv-memory 64M", 30)) {
+    if (!server_spawn(&s, "tools", NULL, NULL, model, tok_path, TOOLS_ARGS, 30)) {
         T_CHECK(0, "the tools server did not start");
         return;
     }
@@ -1143,7 +1147,7 @@ static void mistral_form(const char *model, const char *name, const char *note, 
     snprintf(server_name, sizeof server_name, "tools-%s", name);
     snprintf(file, sizeof file, "%s_tools.jinja", name);
     server s;
-    if (!template_server(&s, server_name, model, tok_path, file, text, "--kv-memory 64M", note)) return;
+    if (!template_server(&s, server_name, model, tok_path, file, text, TOOLS_ARGS, note)) return;
     const int calls = required_calls(s.port, weather_tools, 2, short_ids);
     T_CHECK(calls >= 3, "%s: only %d calls in 4 answers", name, calls);
     resp r;
@@ -1177,7 +1181,7 @@ static void test_xml_tool_calls(void) {
         "</function>\n</tool_call>{% endfor %}"
         "{% else %}{{ m.content }}{% endif %}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
     server s;
-    if (!template_server(&s, "tools-xml", model, tok_path, "xml_tools.jinja", xml_template, "--kv-memory 64M", "the calls written as XML")) return;
+    if (!template_server(&s, "tools-xml", model, tok_path, "xml_tools.jinja", xml_template, TOOLS_ARGS, "the calls written as XML")) return;
     const int calls = required_calls(s.port, weather_tools, 2, 0);
     T_CHECK(calls >= 3, "XML: only %d calls in 4 answers", calls);
     /* a conversation's call as the template writes it: its arguments an object, each in its block */
