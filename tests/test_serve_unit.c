@@ -840,20 +840,26 @@ static const char xml_tools[] =
     "{\"type\":\"function\",\"function\":{\"name\":\"play\",\"parameters\":{\"type\":\"object\",\"properties\":{},"
     "\"additionalProperties\":{\"type\":\"integer\"}}}}]";
 
+/* The content and calls of answer text in style (the tools get_weather and play; XML's values read by
+ * xml_tools), fed whole or byte by byte; *tools the schemas to free (NULL: none). */
+static void parse_answer(nv_tool_style style, const char *text, int bytewise, cJSON **tools, nv_buf *content, nv_tool_call **calls,
+                         int *n) {
+    static const char *names[] = {"get_weather", "play"};
+    *tools = style == NV_TOOLS_XML ? cJSON_Parse(xml_tools) : NULL;
+    nv_tool_parser p = {.style = style, .names = names, .n_names = 2, .tools = *tools};
+    const size_t len = strlen(text);
+    if (bytewise)
+        for (size_t i = 0; i < len; i++) nv_tool_parser_feed(&p, text + i, 1, 0, content, calls, n);
+    nv_tool_parser_feed(&p, bytewise ? "" : text, bytewise ? 0 : len, 1, content, calls, n);
+    nv_tool_parser_free(&p);
+}
+
 static void run_tool_case(nv_tool_style style, const tool_case *c, int bytewise) {
-    const char *names[] = {"get_weather", "play"};
-    cJSON *tools = style == NV_TOOLS_XML ? cJSON_Parse(xml_tools) : NULL;
-    nv_tool_parser p = {.style = style, .names = names, .n_names = 2, .tools = tools};
+    cJSON *tools;
     nv_buf content = {0};
     nv_tool_call *calls = NULL;
     int n = 0;
-    size_t len = strlen(c->text);
-    if (bytewise) {
-        for (size_t i = 0; i < len; i++) nv_tool_parser_feed(&p, c->text + i, 1, 0, &content, &calls, &n);
-        nv_tool_parser_feed(&p, "", 0, 1, &content, &calls, &n);
-    } else {
-        nv_tool_parser_feed(&p, c->text, len, 1, &content, &calls, &n);
-    }
+    parse_answer(style, c->text, bytewise, &tools, &content, &calls, &n);
     const char *got = content.data ? content.data : "";
     T_CHECK(!strcmp(got, c->content) && n == c->n_calls, "%s (%s): content '%s' (want '%s'), %d calls (want %d)", c->text,
             bytewise ? "byte by byte" : "whole", got, c->content, n, c->n_calls);
@@ -867,24 +873,20 @@ static void run_tool_case(nv_tool_style style, const tool_case *c, int bytewise)
                 "%s: call %s %s %s", c->text, calls[0].name, calls[0].arguments, calls[0].id);
     nv_tool_calls_free(calls, n);
     nv_buf_free(&content);
-    nv_tool_parser_free(&p);
     cJSON_Delete(tools);
 }
 
 /* The ids of the calls in text (MISTRAL_CALL_ID style, every byte fed alone), ", "-joined into got. */
 static void call_ids_of(const char *text, char *got, size_t cap) {
-    const char *names[] = {"get_weather", "play"};
-    nv_tool_parser p = {.style = NV_TOOLS_MISTRAL_CALL_ID, .names = names, .n_names = 2};
+    cJSON *tools;
     nv_buf content = {0};
     nv_tool_call *calls = NULL;
     int n = 0;
-    for (const char *s = text; *s; s++) nv_tool_parser_feed(&p, s, 1, 0, &content, &calls, &n);
-    nv_tool_parser_feed(&p, "", 0, 1, &content, &calls, &n);
+    parse_answer(NV_TOOLS_MISTRAL_CALL_ID, text, 1, &tools, &content, &calls, &n);
     *got = '\0';
     for (int i = 0; i < n; i++) snprintf(got + strlen(got), cap - strlen(got), "%s%s", i ? ", " : "", calls[i].id);
     nv_tool_calls_free(calls, n);
     nv_buf_free(&content);
-    nv_tool_parser_free(&p);
 }
 
 /* Mistral Small 3.2's calls carry the model's own ids, which its template writes again with the
