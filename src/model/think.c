@@ -22,8 +22,9 @@ int nv_think_tags_of_template(const char *text, int *shown) {
 
 void nv_think_show_tags(nv_tokenizer *tok, int tags) {
     if (tags != NV_THINK_BRACKET) return;
-    nv_tokenizer_show(tok, nv_think_tags_of(tags)->open);
-    nv_tokenizer_show(tok, nv_think_tags_of(tags)->close);
+    const nv_think_tags *t = nv_think_tags_of(tags);
+    nv_tokenizer_show(tok, t->open);
+    nv_tokenizer_show(tok, t->close);
 }
 
 static void put(nv_buf *b, const char *s, size_t n) {
