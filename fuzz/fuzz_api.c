@@ -22,8 +22,10 @@
  * one): a failure gives Anthropic's error body and keeps nothing; a success is a chat request that
  * passes the same checks (max_tokens capped by the room, never refused for it), and the message and
  * stream events built for it are valid JSON. And as a Responses body, the same way (OpenAI's error
- * body; the response object and its events valid), and as Ollama's chat, generate, embed and show bodies. */
+ * body; the response object and its events valid), and as Ollama's chat, generate, embed and show bodies, and as
+ * POST /lora-adapters' list (all or nothing; GET's list stays JSON). */
 #include <cjson/cJSON.h>
+#include <math.h>
 
 #include "base/file.h"
 #include "fuzz_util.h"
@@ -397,12 +399,14 @@ static void check_ollama(nv_api_ctx *ctx, const char *data, size_t size) {
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size > FZ_MAX_INPUT) return -1;
-    static nv_adapters adapters; /* one adapter, lora-a, a request may name as its model */
+    static nv_adapters adapters; /* two adapters, lora-a (id 0) and lora-c (id 2), a request may name as its model or list */
     if (!adapters.live) {
         nv_adapters_init(&adapters, 16);
-        snprintf(adapters.v[0].name, sizeof adapters.v[0].name, "lora-a");
-        adapters.v[0].state = NV_ADAPTER_LIVE;
-        adapters.live = 1;
+        for (int i = 0; i < 3; i += 2) {
+            snprintf(adapters.v[i].name, sizeof adapters.v[i].name, "lora-%c", 'a' + i);
+            adapters.v[i].state = NV_ADAPTER_LIVE;
+            adapters.live++;
+        }
     }
     nv_api_ctx ctx = {.model_id = "stories260K",
                       .adapters = &adapters,
@@ -454,7 +458,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             if (err.code && !strcmp(err.code, "invalid_json")) break;
             continue;
         }
-        FZ_CHECK(r.req.adapter == 0 || r.req.adapter == 1, "model %d of the base and one adapter", r.req.adapter);
+        const nv_adapter_mix *mix = &r.req.lora;
+        FZ_CHECK(mix->n >= 0 && mix->n <= 2, "%d adapters of two", mix->n);
+        for (int i = 0; i < mix->n; i++)
+            FZ_CHECK((mix->k[i] == 1 || mix->k[i] == 3) && (!i || mix->k[i] > mix->k[i - 1]) && mix->factor[i] != 0.0f &&
+                         fabsf(mix->factor[i]) <= NV_API_LORA_SCALE_MAX,
+                     "adapter %d of the mix: number %d, factor %g", i, mix->k[i], (double)mix->factor[i]);
         check_request(&ctx, chat, &r);
         nv_api_request_free(&r);
     }
@@ -463,6 +472,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     check_responses(&ctx, (const char *)data, size);
     check_llamacpp(&ctx, (const char *)data, size);
     check_ollama(&ctx, (const char *)data, size);
+    /* and as POST /lora-adapters' body: all or nothing, then GET's list is JSON; reset for the next input */
+    nv_api_error lerr;
+    const int lrc = nv_api_lora_apply(&ctx, (const char *)data, size, &lerr);
+    FZ_CHECK(lrc == 0 || (lrc == 400 && lrc == lerr.status && lerr.message[0]), "POST /lora-adapters: %d", lrc);
+    nv_adapter_mix applied;
+    nv_adapters_applied(&adapters, &applied);
+    FZ_CHECK(lrc == 0 || applied.n == 0, "a refused list changed the factors");
+    for (int i = 0; i < applied.n; i++)
+        FZ_CHECK((applied.k[i] == 1 || applied.k[i] == 3) && applied.factor[i] != 0.0f, "applied adapter %d", applied.k[i]);
+    check_json(nv_api_lora_list(&ctx), "GET /lora-adapters");
+    nv_adapters_apply(&adapters, &(nv_adapter_mix){0});
     check_tool_parser((const char *)data, size);
     check_think((const char *)data, size);
     /* the same body as /tokenize and /detokenize: a valid JSON answer or an error with a message */

@@ -87,16 +87,123 @@ nv_err nv_adapters_remove(nv_adapters *set, const char *name) {
     return i >= 0 ? NV_OK : nv_fail(NV_EINVAL, "no LoRA adapter is called '%.80s'", name);
 }
 
-int nv_adapters_names(nv_adapters *set, char (*names)[NV_ADAPTER_NAME_CAP], int *numbers, int cap) {
-    int n = 0;
+void nv_adapters_each(nv_adapters *set, void (*fn)(void *arg, int k, const nv_adapter *a), void *arg) {
     pthread_mutex_lock(&set->mu);
-    for (int i = 0; i < NV_MAX_ADAPTERS && n < cap; i++)
-        if (set->v[i].state == NV_ADAPTER_LIVE) {
-            if (numbers) numbers[n] = i + 1;
-            memcpy(names[n++], set->v[i].name, sizeof set->v[i].name);
-        }
+    for (int i = 0; i < NV_MAX_ADAPTERS; i++)
+        if (set->v[i].state == NV_ADAPTER_LIVE) fn(arg, i + 1, &set->v[i]);
     pthread_mutex_unlock(&set->mu);
-    return n;
+}
+
+typedef struct {
+    char (*names)[NV_ADAPTER_NAME_CAP];
+    int *numbers, cap, n;
+} names_arg;
+
+static void add_name(void *arg, int k, const nv_adapter *a) {
+    names_arg *o = arg;
+    if (o->n == o->cap) return;
+    if (o->numbers) o->numbers[o->n] = k;
+    memcpy(o->names[o->n++], a->name, sizeof a->name);
+}
+
+int nv_adapters_names(nv_adapters *set, char (*names)[NV_ADAPTER_NAME_CAP], int *numbers, int cap) {
+    names_arg o = {names, numbers, cap, 0};
+    nv_adapters_each(set, add_name, &o);
+    return o.n;
+}
+
+int nv_adapter_mix_find(const nv_adapter_mix *m, int k) {
+    for (int i = 0; i < m->n; i++)
+        if (m->k[i] == k) return i;
+    return -1;
+}
+
+nv_err nv_adapter_mix_check(const nv_adapter_mix *m) {
+    if (m->n < 0 || m->n > NV_MIX_ADAPTERS) return nv_fail(NV_EINVAL, "a mix of %d LoRA adapters (at most %d)", m->n, NV_MIX_ADAPTERS);
+    for (int i = 0; i < m->n; i++)
+        if (m->k[i] < 1 || m->k[i] > NV_MAX_ADAPTERS || (i && m->k[i] <= m->k[i - 1]) || !isfinite(m->factor[i]) || m->factor[i] == 0.0f)
+            return nv_fail(NV_EINVAL, "a mix's adapter %d (factor %g) is out of range, out of order or of no factor", m->k[i],
+                           (double)m->factor[i]);
+    return NV_OK;
+}
+
+nv_err nv_adapter_mix_set(nv_adapter_mix *m, int k, unsigned gen, float f) {
+    int at = 0;
+    while (at < m->n && m->k[at] < k) at++;
+    const int held = at < m->n && m->k[at] == k;
+    if (f == 0.0f) { /* out */
+        if (held) {
+            memmove(&m->k[at], &m->k[at + 1], (size_t)(m->n - at - 1) * sizeof m->k[0]);
+            memmove(&m->factor[at], &m->factor[at + 1], (size_t)(m->n - at - 1) * sizeof m->factor[0]);
+            memmove(&m->gen[at], &m->gen[at + 1], (size_t)(m->n - at - 1) * sizeof m->gen[0]);
+            m->n--;
+        }
+        return NV_OK;
+    }
+    if (!held) {
+        if (m->n == NV_MIX_ADAPTERS) return nv_fail(NV_ERANGE, "at most %d LoRA adapters at once", NV_MIX_ADAPTERS);
+        memmove(&m->k[at + 1], &m->k[at], (size_t)(m->n - at) * sizeof m->k[0]);
+        memmove(&m->factor[at + 1], &m->factor[at], (size_t)(m->n - at) * sizeof m->factor[0]);
+        memmove(&m->gen[at + 1], &m->gen[at], (size_t)(m->n - at) * sizeof m->gen[0]);
+        m->n++;
+    }
+    m->k[at] = k;
+    m->gen[at] = gen;
+    m->factor[at] = f;
+    return NV_OK;
+}
+
+int nv_adapters_live(nv_adapters *set, int k, unsigned *gen) {
+    if (!set || k < 1 || k > NV_MAX_ADAPTERS) return 0;
+    pthread_mutex_lock(&set->mu);
+    const int live = set->v[k - 1].state == NV_ADAPTER_LIVE;
+    if (live && gen) *gen = set->v[k - 1].gen;
+    pthread_mutex_unlock(&set->mu);
+    return live;
+}
+
+int nv_adapters_pin_mix(nv_adapters *set, const nv_adapter_mix *m) {
+    for (int i = 0; i < m->n; i++)
+        if (!nv_adapters_pin(set, m->k[i], m->gen[i])) {
+            while (i-- > 0) nv_adapters_unpin(set, m->k[i]);
+            return 0;
+        }
+    return 1;
+}
+
+void nv_adapters_unpin_mix(nv_adapters *set, const nv_adapter_mix *m) {
+    for (int i = 0; i < m->n; i++) nv_adapters_unpin(set, m->k[i]);
+}
+
+uint64_t nv_adapters_mix_root(const nv_adapters *set, const nv_adapter_mix *m) {
+    if (m->n == 0) return 0;
+    if (m->n == 1 && m->factor[0] == 1.0f) return set->v[m->k[0] - 1].hash; /* the adapter named as the model */
+    uint64_t h = nv_hash64(&m->n, sizeof m->n, 0x6d6978u);
+    for (int i = 0; i < m->n; i++) {
+        h = nv_hash64(&set->v[m->k[i] - 1].hash, sizeof(uint64_t), h);
+        h = nv_hash64(&m->factor[i], sizeof(float), h);
+    }
+    return h ? h : 1;
+}
+
+void nv_adapters_applied(nv_adapters *set, nv_adapter_mix *out) {
+    out->n = 0;
+    if (!set) return;
+    pthread_mutex_lock(&set->mu);
+    for (int i = 0; i < NV_MAX_ADAPTERS; i++)
+        if (set->v[i].state == NV_ADAPTER_LIVE && set->v[i].applied != 0.0f && out->n < NV_MIX_ADAPTERS)
+            nv_adapter_mix_set(out, i + 1, set->v[i].gen, set->v[i].applied);
+    pthread_mutex_unlock(&set->mu);
+}
+
+int nv_adapters_apply(nv_adapters *set, const nv_adapter_mix *m) {
+    pthread_mutex_lock(&set->mu);
+    int all = 1;
+    for (int i = 0; i < m->n; i++) all &= set->v[m->k[i] - 1].state == NV_ADAPTER_LIVE && set->v[m->k[i] - 1].gen == m->gen[i];
+    for (int i = 0; all && i < NV_MAX_ADAPTERS; i++) set->v[i].applied = 0.0f;
+    for (int i = 0; all && i < m->n; i++) set->v[m->k[i] - 1].applied = m->factor[i];
+    pthread_mutex_unlock(&set->mu);
+    return all;
 }
 
 /* The widest input and output of a layer's adaptable matrices. */
@@ -215,34 +322,67 @@ nv_err nv_adapters_add(nv_adapters *set, const nv_model *m, const char *name, co
     return err;
 }
 
-void nv_adapter_scratch_sizes(const nv_config *c, const nv_adapters *set, int max_rows, size_t *gx, size_t *u, size_t *dy) {
+nv_err nv_adapter_rows_init(nv_adapter_rows *r, const nv_config *c, const nv_adapters *set, int max_rows) {
+    memset(r, 0, sizeof *r);
     int in_max, out_max;
     widest_dims(c, &in_max, &out_max);
-    *gx = (size_t)max_rows * (size_t)in_max;
-    *u = (size_t)max_rows * (size_t)set->max_rank; /* at least 1 (nv_adapters_init) */
-    *dy = (size_t)max_rows * (size_t)out_max;
+    r->set = set;
+    r->gx = malloc((size_t)max_rows * (size_t)in_max * sizeof(float));
+    r->u = malloc((size_t)max_rows * (size_t)set->max_rank * sizeof(float)); /* max_rank >= 1 (nv_adapters_init) */
+    r->dy = malloc((size_t)max_rows * (size_t)out_max * sizeof(float));
+    int ok = r->gx && r->u && r->dy;
+    for (int w = 0; w < NV_MIX_ADAPTERS && ok; w++) {
+        nv_adapter_wave *v = &r->wave[w];
+        v->order = malloc((size_t)max_rows * sizeof(int));
+        v->factor = malloc((size_t)max_rows * sizeof(float));
+        v->units = malloc(((size_t)max_rows + NV_MAX_ADAPTERS) * sizeof *v->units);
+        ok = v->order && v->factor && v->units;
+    }
+    if (ok) return NV_OK;
+    nv_adapter_rows_free(r);
+    return nv_fail(NV_ENOMEM, "cannot allocate the adapters' scratch (%d rows)", max_rows);
 }
 
-void nv_adapter_rows_group(nv_adapter_rows *r, const int *row_adapter, int n) {
+void nv_adapter_rows_free(nv_adapter_rows *r) {
+    for (int w = 0; w < NV_MIX_ADAPTERS; w++) {
+        free(r->wave[w].order);
+        free(r->wave[w].factor);
+        free(r->wave[w].units);
+    }
+    free(r->gx);
+    free(r->u);
+    free(r->dy);
+    memset(r, 0, sizeof *r);
+}
+
+void nv_adapter_rows_group(nv_adapter_rows *r, const nv_adapter_mix *const *row_mix, int n) {
     r->n = n;
-    r->n_units = 0;
+    r->n_waves = 0;
     r->targets = 0;
-    unsigned char present[NV_MAX_ADAPTERS + 1] = {0};
-    for (int i = 0; i < n; i++) present[row_adapter[i]] = 1;
-    int p = 0;
-    for (int k = 1; r->set && k <= NV_MAX_ADAPTERS; k++) {
-        if (!present[k]) continue;
-        const int p0 = p;
+    for (int i = 0; i < n; i++)
+        if (row_mix[i] && row_mix[i]->n > r->n_waves) r->n_waves = row_mix[i]->n;
+    for (int w = 0; w < r->n_waves; w++) {
+        nv_adapter_wave *v = &r->wave[w];
+        unsigned char present[NV_MAX_ADAPTERS + 1] = {0};
         for (int i = 0; i < n; i++)
-            if (row_adapter[i] == k) r->order[p++] = i;
-        r->targets |= r->set->v[k - 1].shape.targets;
-        for (int q = p0; q < p; q += NV_ADAPTER_UNIT)
-            r->units[r->n_units++] = (nv_adapter_unit){k, q, q + NV_ADAPTER_UNIT < p ? q + NV_ADAPTER_UNIT : p};
+            if (row_mix[i] && row_mix[i]->n > w) present[row_mix[i]->k[w]] = 1;
+        v->n_units = 0;
+        int p = 0;
+        for (int k = 1; r->set && k <= NV_MAX_ADAPTERS; k++) {
+            if (!present[k]) continue;
+            const int p0 = p;
+            for (int i = 0; i < n; i++)
+                if (row_mix[i] && row_mix[i]->n > w && row_mix[i]->k[w] == k) v->factor[p] = row_mix[i]->factor[w], v->order[p++] = i;
+            r->targets |= r->set->v[k - 1].shape.targets;
+            for (int q = p0; q < p; q += NV_ADAPTER_UNIT)
+                v->units[v->n_units++] = (nv_adapter_unit){k, q, q + NV_ADAPTER_UNIT < p ? q + NV_ADAPTER_UNIT : p};
+        }
     }
 }
 
 typedef struct {
     const nv_adapter_rows *r;
+    const nv_adapter_wave *w;
     size_t at; /* the matrix's index among the adapter's plans */
     unsigned bit;
     int out, in;
@@ -254,7 +394,8 @@ static void add_unit(const add_job *j, const nv_adapter_unit *un) {
     const nv_adapter_rows *r = j->r;
     const nv_adapter *ad = &r->set->v[un->adapter - 1];
     if (!(ad->shape.targets & j->bit)) return;
-    const int cnt = un->p1 - un->p0, *rows = r->order + un->p0;
+    const int cnt = un->p1 - un->p0, *rows = j->w->order + un->p0, rank = ad->shape.rank;
+    const float *factor = j->w->factor + un->p0;
     const int in = j->in, out = j->out;
     const float *xs = j->x + (size_t)rows[0] * in; /* a run of consecutive rows (a sequence's) is read in place */
     if (rows[cnt - 1] - rows[0] + 1 != cnt) {
@@ -264,6 +405,9 @@ static void add_unit(const add_job *j, const nv_adapter_unit *un) {
     }
     float *u = r->u + (size_t)un->p0 * r->set->max_rank, *dy = r->dy + (size_t)un->p0 * out;
     nv_plan_run(ad->a[j->at], xs, cnt, u);
+    for (int q = 0; q < cnt; q++) /* a mix's factor on A x: rank multiplies, not out */
+        if (factor[q] != 1.0f)
+            for (int i = 0; i < rank; i++) u[(size_t)q * rank + i] *= factor[q];
     nv_plan_run(ad->b[j->at], u, cnt, dy);
     for (int q = 0; q < cnt; q++) {
         float *yr = j->y + (size_t)rows[q] * out;
@@ -274,14 +418,17 @@ static void add_unit(const add_job *j, const nv_adapter_unit *un) {
 
 static void add_task(void *ctx, int task, int n_tasks) {
     const add_job *j = ctx;
-    for (int i = task; i < j->r->n_units; i += n_tasks) add_unit(j, &j->r->units[i]);
+    for (int i = task; i < j->w->n_units; i += n_tasks) add_unit(j, &j->w->units[i]);
 }
 
 void nv_adapter_rows_add(const nv_adapter_rows *r, const nv_config *c, int l, int t, const float *x, float *y) {
     if (!nv_adapter_rows_target(r, t)) return;
-    add_job j = {r, (size_t)l * NV_LAYER_MATRICES + (size_t)t, 1u << t, 0, 0, x, y};
+    add_job j = {r, NULL, (size_t)l * NV_LAYER_MATRICES + (size_t)t, 1u << t, 0, 0, x, y};
     nv_lora_dims(c, t, &j.out, &j.in);
     /* inside a task a plan runs on that thread alone: one unit runs here, several share the pool */
     const int tasks = nv_pool_threads();
-    nv_pool_run(add_task, &j, r->n_units < tasks ? r->n_units : tasks);
+    for (int w = 0; w < r->n_waves; w++) { /* waves one after another: a row is in each at most once */
+        j.w = &r->wave[w];
+        nv_pool_run(add_task, &j, j.w->n_units < tasks ? j.w->n_units : tasks);
+    }
 }

@@ -21,9 +21,15 @@
  *   extra products (another order of sums, and on an int8 or bf16 engine their own quantisation
  *   of x and of A x). Rows of the base (0) are untouched: their results do not depend on which
  *   adapters share the step.
+ * - A mix (nv_adapter_mix, llama.cpp's per-request `lora` list) gives a sequence up to
+ *   NV_MIX_ADAPTERS adapters, each with its own factor f: its rows get y += f B'(A x) of each, in
+ *   the mix's order (ascending numbers), one adapter after the other (waves), so a row's result is
+ *   the same whatever other rows share the step. A factor of 1 is the adapter alone, bit for bit.
  * - Identity: each adapter's hash covers its rank, targets, alpha, scale and values; the prefix
  *   cache roots an adapter's block chains at it, so KV made under one adapter is never served to
- *   another or to the base (a file loaded again after removal gets its blocks back). */
+ *   another or to the base (a file loaded again after removal gets its blocks back). A mix's
+ *   identity (nv_adapters_mix_root) is its one adapter's when that has factor 1, else a hash of its
+ *   adapters' identities and factors. */
 #ifndef NV_ADAPTERS_H
 #define NV_ADAPTERS_H
 
@@ -51,6 +57,7 @@ typedef struct {
     uint64_t n_params; /* the adapter's floats */
     /* under the set's lock */
     int state;    /* NV_ADAPTER_* */
+    float applied; /* its factor in requests that choose no adapter (llama.cpp's POST /lora-adapters; 0: none) */
     int refs;     /* requests that pinned it */
     unsigned gen; /* bumped whenever the slot takes an adapter */
 } nv_adapter;
@@ -62,6 +69,24 @@ typedef struct {
     int live;     /* adapters a request may name */
     nv_adapter v[NV_MAX_ADAPTERS];
 } nv_adapters;
+
+/* The adapters one sequence runs with: numbers 1..NV_MAX_ADAPTERS, ascending and distinct, each
+ * with a non-zero finite factor and the generation it was looked up at (n 0: the base model). */
+#define NV_MIX_ADAPTERS 8
+typedef struct {
+    int n;
+    int k[NV_MIX_ADAPTERS];
+    float factor[NV_MIX_ADAPTERS];
+    unsigned gen[NV_MIX_ADAPTERS];
+} nv_adapter_mix;
+/* Gives adapter k (of generation gen) the factor f in m, in its place among the others; f 0
+ * takes it out. NV_ERANGE (m unchanged) when m already holds NV_MIX_ADAPTERS others. */
+nv_err nv_adapter_mix_set(nv_adapter_mix *m, int k, unsigned gen, float f);
+/* m's index of adapter k, -1 when m does not hold it. */
+int nv_adapter_mix_find(const nv_adapter_mix *m, int k);
+/* NV_EINVAL unless m is a mix as described (n 0..NV_MIX_ADAPTERS, numbers ascending in range,
+ * factors finite and non-zero): callers that did not build m with nv_adapter_mix_set check it. */
+nv_err nv_adapter_mix_check(const nv_adapter_mix *m);
 
 /* An empty set that takes adapters of rank 1..max_rank. */
 void nv_adapters_init(nv_adapters *set, int max_rank);
@@ -84,39 +109,63 @@ int nv_adapters_find(nv_adapters *set, const char *name, unsigned *gen);
  * other pins (a request that named it before its removal) (1), else 0. */
 int nv_adapters_pin(nv_adapters *set, int k, unsigned gen);
 void nv_adapters_unpin(nv_adapters *set, int k);
+/* Whether adapter k is live, with its generation in *gen when gen is given (set may be NULL). */
+int nv_adapters_live(nv_adapters *set, int k, unsigned *gen);
+/* Pins every adapter of m (nv_adapters_pin), or none (0) when one cannot be; unpins them. */
+int nv_adapters_pin_mix(nv_adapters *set, const nv_adapter_mix *m);
+void nv_adapters_unpin_mix(nv_adapters *set, const nv_adapter_mix *m);
+/* The prefix cache's root of m's sequences (0 for the base model); m's adapters pinned. */
+uint64_t nv_adapters_mix_root(const nv_adapters *set, const nv_adapter_mix *m);
+/* The live adapters with a non-zero `applied` factor as a mix (requests that choose none run with it),
+ * and the setting of those factors: each adapter of m gets its factor, every other live one 0. */
+void nv_adapters_applied(nv_adapters *set, nv_adapter_mix *out);
+/* Sets the applied factors from m (every adapter of m still live at its generation, else nothing
+ * changes: 0). */
+int nv_adapters_apply(nv_adapters *set, const nv_adapter_mix *m);
+/* fn(arg, k, adapter k) for each live adapter, in slot order, under the set's lock (fn must not call
+ * into the set). */
+void nv_adapters_each(nv_adapters *set, void (*fn)(void *arg, int k, const nv_adapter *a), void *arg);
 /* The live adapters' names, in slot order, into names (at most cap), and their numbers into
  * numbers when given; returns how many. */
 int nv_adapters_names(nv_adapters *set, char (*names)[NV_ADAPTER_NAME_CAP], int *numbers, int cap);
 
-/* One step's rows grouped by adapter: order lists the adapted rows, those of adapter 1 first (in
- * row order), then adapter 2's, ...; units cut each adapter's run of order into pieces of at most
- * NV_ADAPTER_UNIT rows, the pieces the pool shares out. Scratch for the products: x gathered in
- * that order (rows x the widest input), A x (rows x max_rank), B' A x (rows x the widest output). */
+/* One step's rows grouped by adapter, wave by wave: wave w holds each row's w-th adapter (of its
+ * mix). A wave's order lists its rows, those of adapter 1 first (in row order), then adapter 2's,
+ * ..., with each one's factor; units cut each adapter's run of order into pieces of at most
+ * NV_ADAPTER_UNIT rows, the pieces the pool shares out (a wave's units touch distinct rows). Scratch
+ * for the products, shared by the waves: x gathered in order (rows x the widest input), A x (rows x
+ * max_rank), B' A x (rows x the widest output). */
 #define NV_ADAPTER_UNIT 64
 typedef struct {
     int adapter, p0, p1; /* order[p0..p1) */
 } nv_adapter_unit;
 typedef struct {
-    const nv_adapters *set;
-    int n;      /* rows of the step */
-    int *order; /* [n] */
-    nv_adapter_unit *units; /* [n + NV_MAX_ADAPTERS] */
+    int *order;     /* [rows] */
+    float *factor;  /* [rows]: the factor of order[p]'s row */
+    nv_adapter_unit *units; /* [rows + NV_MAX_ADAPTERS] */
     int n_units;
+} nv_adapter_wave;
+typedef struct {
+    const nv_adapters *set;
+    int n, n_waves;
+    nv_adapter_wave wave[NV_MIX_ADAPTERS];
     unsigned targets; /* the matrices some row's adapter targets */
     float *gx, *u, *dy;
 } nv_adapter_rows;
 
-/* Floats of the three scratch buffers for max_rows rows of model c. */
-void nv_adapter_scratch_sizes(const nv_config *c, const nv_adapters *set, int max_rows, size_t *gx, size_t *u, size_t *dy);
-/* Groups n rows, row i taking adapter row_adapter[i] (0: none; the others pinned); r's buffers
- * must be set. Reads only the pinned adapters (not the set's lock). */
-void nv_adapter_rows_group(nv_adapter_rows *r, const int *row_adapter, int n);
+/* Buffers for steps of up to max_rows rows of model c under set's adapters; r zeroed by free. */
+nv_err nv_adapter_rows_init(nv_adapter_rows *r, const nv_config *c, const nv_adapters *set, int max_rows);
+void nv_adapter_rows_free(nv_adapter_rows *r);
+/* Groups n rows, row i taking the mix row_mix[i] (NULL or empty: none; its adapters pinned).
+ * Reads only the pinned adapters (not the set's lock). */
+void nv_adapter_rows_group(nv_adapter_rows *r, const nv_adapter_mix *const *row_mix, int n);
 /* Whether any row's adapter targets matrix t (r may be NULL: none). */
 static inline int nv_adapter_rows_target(const nv_adapter_rows *r, int t) { return r && (r->targets >> t & 1); }
-/* y (n rows of `out` floats) += each row's adapter update of layer l's matrix t applied to its row
- * of x (n rows of `in` floats); rows of the base and of adapters that do not target t unchanged.
- * The units run on the pool, each one's two products in its own task (the small products of
- * decode rows cost no hand-off of their own); a row's result does not depend on the others. */
+/* y (n rows of `out` floats) += each row's adapters' updates of layer l's matrix t applied to its
+ * row of x (n rows of `in` floats), each times its factor, wave after wave; rows of the base and of
+ * adapters that do not target t unchanged. A wave's units run on the pool, each one's two products
+ * in its own task (the small products of decode rows cost no hand-off of their own); a row's
+ * result does not depend on the others. */
 void nv_adapter_rows_add(const nv_adapter_rows *r, const nv_config *c, int l, int t, const float *x, float *y);
 
 #endif

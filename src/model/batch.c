@@ -169,25 +169,16 @@ nv_err nv_batch_state_init(nv_batch_state *s, const nv_config *c, int max_rows, 
 }
 
 nv_err nv_batch_state_set_adapters(nv_batch_state *s, const nv_config *c, const nv_adapters *set) {
-    nv_adapter_rows *ar = &s->adapter_rows;
-    void *old[] = {s->row_adapter, ar->order, ar->units, ar->gx, ar->u, ar->dy};
-    for (size_t i = 0; i < sizeof old / sizeof old[0]; i++) free(old[i]);
-    s->row_adapter = NULL;
-    memset(ar, 0, sizeof *ar);
+    nv_adapter_rows_free(&s->adapter_rows);
+    free(s->row_mix);
+    s->row_mix = NULL;
     s->adapters = NULL;
     if (!set) return NV_OK;
-    size_t gx, u, dy;
-    nv_adapter_scratch_sizes(c, set, s->max_rows, &gx, &u, &dy);
-    ar->set = set;
-    s->row_adapter = calloc((size_t)s->max_rows, sizeof(int));
-    ar->order = calloc((size_t)s->max_rows, sizeof(int));
-    ar->units = calloc((size_t)s->max_rows + NV_MAX_ADAPTERS, sizeof *ar->units);
-    ar->gx = malloc(gx * sizeof(float));
-    ar->u = malloc(u * sizeof(float));
-    ar->dy = malloc(dy * sizeof(float));
-    if (!s->row_adapter || !ar->order || !ar->units || !ar->gx || !ar->u || !ar->dy) {
+    NV_TRY(nv_adapter_rows_init(&s->adapter_rows, c, set, s->max_rows));
+    s->row_mix = calloc((size_t)s->max_rows, sizeof *s->row_mix);
+    if (!s->row_mix) {
         nv_batch_state_set_adapters(s, c, NULL);
-        return nv_fail(NV_ENOMEM, "cannot allocate the adapters' scratch (%d rows)", s->max_rows);
+        return nv_fail(NV_ENOMEM, "cannot allocate the rows' adapters (%d rows)", s->max_rows);
     }
     s->adapters = set;
     return NV_OK;
@@ -553,8 +544,11 @@ static nv_err batch_check(const nv_model *m, const nv_batch_state *s, const nv_k
     for (int i = 0; i < n_seqs; i++) {
         const nv_batch_seq *q = &seqs[i];
         if (q->n < 1 || !q->tokens || !q->blocks) return nv_fail(NV_EINVAL, "batch: sequence %d is empty", i);
-        if (q->adapter < 0 || q->adapter > NV_MAX_ADAPTERS || (q->adapter && (!s->adapters || !s->adapters->v[q->adapter - 1].a)))
-            return nv_fail(NV_EINVAL, "batch: sequence %d asks for adapter %d, which is not loaded", i, q->adapter);
+        if (q->lora && nv_adapter_mix_check(q->lora) != NV_OK)
+            return nv_fail(NV_EINVAL, "batch: sequence %d: %s", i, nv_errmsg());
+        for (int j = 0; q->lora && j < q->lora->n; j++)
+            if (!s->adapters || !s->adapters->v[q->lora->k[j] - 1].a)
+                return nv_fail(NV_EINVAL, "batch: sequence %d asks for adapter %d, which is not loaded", i, q->lora->k[j]);
         if (q->logits < 0 || q->logits > q->n)
             return nv_fail(NV_EINVAL, "batch: sequence %d asks for the logits of %d of its %d rows", i, q->logits, q->n);
         if (q->pos < 0 || (long)q->pos + q->n > c->seq_len)
@@ -589,15 +583,15 @@ nv_err nv_batch_forward(const nv_model *m, nv_batch_state *s, const nv_kv_pages 
     NV_TRY(nv_logits_reserve(&s->logits, &s->logits_cap, want, c->vocab_size)); /* before any work: a failure changes nothing */
     int r = 0, adapted = 0;
     for (int i = 0; i < n_seqs; i++) {
-        adapted |= seqs[i].adapter;
+        adapted |= seqs[i].lora && seqs[i].lora->n;
         for (int t = 0; t < seqs[i].n; t++, r++) {
             s->row_seq[r] = i;
             s->row_pos[r] = seqs[i].pos + t;
-            if (s->row_adapter) s->row_adapter[r] = seqs[i].adapter;
+            if (s->row_mix) s->row_mix[r] = seqs[i].lora;
             nv_embed(m, seqs[i].tokens[t], s->r.x + (size_t)r * d);
         }
     }
-    if (adapted) nv_adapter_rows_group(&s->adapter_rows, s->row_adapter, n);
+    if (adapted) nv_adapter_rows_group(&s->adapter_rows, s->row_mix, n);
     s->step_rows = 0;
     int held[2] = {0, 0}; /* layers of each side of split pages so far */
     for (int l = 0; l < c->n_layers; l++) {

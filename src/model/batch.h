@@ -135,7 +135,7 @@ typedef struct {
     int pos;           /* position of tokens[0] */
     const int *blocks; /* block table covering positions 0..pos+n-1 */
     int logits;        /* k: compute the logits of the last k rows (0: none) */
-    int adapter;       /* the LoRA adapter its rows take: 1..n of the state's set (0: the base model) */
+    const nv_adapter_mix *lora; /* the LoRA adapters its rows take, of the state's set (NULL or empty: the base model) */
     const int *wblocks; /* split pages (kv->windowed): the windowed layers' table into those pages, also
                            covering 0..pos+n-1; the entries of blocks wholly before the window of the
                            sequence's first row are never read, so a ring of blocks may repeat there
@@ -158,7 +158,7 @@ typedef struct {
     int head_dim, seq_len;
     /* adapters served per request (NULL: none) and their scratch */
     const nv_adapters *adapters;
-    int *row_adapter; /* [max_rows] */
+    const nv_adapter_mix **row_mix; /* [max_rows] */
     nv_adapter_rows adapter_rows; /* the step's rows grouped, and the products' scratch */
 } nv_batch_state;
 
@@ -166,7 +166,7 @@ typedef struct {
 nv_err nv_batch_state_init(nv_batch_state *s, const nv_config *c, int max_rows, int max_seqs);
 void nv_batch_state_free(nv_batch_state *s);
 /* Lets the state's sequences take the adapters of set (model/adapters.h), which must outlive it;
- * a sequence's `adapter` then names a loaded one, which the caller keeps pinned while it steps.
+ * a sequence's `lora` then names loaded ones, which the caller keeps pinned while it steps.
  * The scratch is sized for the set's max_rank. */
 nv_err nv_batch_state_set_adapters(nv_batch_state *s, const nv_config *c, const nv_adapters *set);
 

@@ -271,6 +271,7 @@ static int translate(const cJSON *in, int count_only, int reasoning, cJSON *out,
     if (!cJSON_IsString(model)) return nv_api_bad(err, "model: Field required (a string)");
     cJSON_AddStringToObject(out, "model", model->valuestring);
     int rc;
+    if ((rc = nv_api_copy_field(in, out, "lora", NULL, 'j', err))) return rc; /* llama.cpp's adapter list, as on /v1 */
     if (!count_only) {
         const cJSON *mt = nv_api_field(in, "max_tokens");
         if (!mt) return nv_api_bad(err, "max_tokens: Field required");

@@ -1337,31 +1337,80 @@ int nv_api_model_find(const nv_api_ctx *ctx, const char *id, unsigned *gen) {
     return k ? k : -1;
 }
 
-int nv_api_check_model(const nv_api_ctx *ctx, const cJSON *root, int *adapter, unsigned *gen, char id[NV_API_MODEL_ID],
-                       nv_api_error *err) {
-    const cJSON *model = nv_api_field(root, "model");
-    *adapter = 0;
+int nv_api_lora_parse(const nv_api_ctx *ctx, const cJSON *list, const char *param, nv_adapter_mix *out, nv_api_error *err) {
+    const char *what = param ? "'lora'" : "The request body";
+    if (!cJSON_IsArray(list)) {
+        nv_api_error_set(err, E400, NULL, param, "%s must be an array of objects with 'id' and 'scale' fields", what);
+        return err->status;
+    }
+    /* each slot's factor, the list's later entries over earlier ones and over what out holds (the
+       model's adapter); the mix is made of the non-zero ones at the end */
+    float factor[NV_MAX_ADAPTERS] = {0};
+    unsigned gen[NV_MAX_ADAPTERS] = {0};
+    for (int i = 0; i < out->n; i++) factor[out->k[i] - 1] = out->factor[i], gen[out->k[i] - 1] = out->gen[i];
+    int i = 0;
+    for (const cJSON *e = list->child; e; e = e->next, i++) {
+        const cJSON *id = cJSON_IsObject(e) ? nv_api_field(e, "id") : NULL, *scale = cJSON_IsObject(e) ? nv_api_field(e, "scale") : NULL;
+        if (!cJSON_IsNumber(id) || !cJSON_IsNumber(scale) || id->valuedouble != floor(id->valuedouble)) {
+            nv_api_error_set(err, E400, NULL, param, "%s[%d] must be an object with an integer 'id' and a number 'scale'", what, i);
+            return err->status;
+        }
+        const double k = id->valuedouble + 1; /* ids are slots from 0, adapters' numbers from 1 */
+        if (k < 1 || k > NV_MAX_ADAPTERS || !nv_adapters_live(ctx->adapters, (int)k, &gen[(int)k - 1])) {
+            nv_api_error_set(err, E400, NULL, param, "%s[%d]: invalid adapter id %.0f (GET /lora-adapters lists them)", what, i,
+                             id->valuedouble);
+            return err->status;
+        }
+        if (!(fabs(scale->valuedouble) <= NV_API_LORA_SCALE_MAX)) {
+            nv_api_error_set(err, E400, NULL, param, "%s[%d]: 'scale' must be from %d to %d", what, i, -NV_API_LORA_SCALE_MAX,
+                             NV_API_LORA_SCALE_MAX);
+            return err->status;
+        }
+        /* a scale below float's normal range is 0 (no subnormal factors in the step) */
+        factor[(int)k - 1] = fabs(scale->valuedouble) < FLT_MIN ? 0.0f : (float)scale->valuedouble;
+    }
+    nv_adapter_mix mix = {0};
+    for (int k = 1; k <= NV_MAX_ADAPTERS; k++)
+        if (factor[k - 1] != 0.0f && nv_adapter_mix_set(&mix, k, gen[k - 1], factor[k - 1]) != NV_OK) {
+            nv_api_error_set(err, E400, NULL, param, "At most %d LoRA adapters at once (the model's included) may have a non-zero scale",
+                             NV_MIX_ADAPTERS);
+            return err->status;
+        }
+    *out = mix;
+    return 0;
+}
+
+int nv_api_check_model(const nv_api_ctx *ctx, const cJSON *root, nv_adapter_mix *lora, char id[NV_API_MODEL_ID], nv_api_error *err) {
+    const cJSON *model = nv_api_field(root, "model"), *list = nv_api_field(root, "lora");
+    lora->n = 0;
     snprintf(id, NV_API_MODEL_ID, "%s", ctx->model_id);
     if (model && !cJSON_IsString(model)) {
         nv_api_error_set(err, E400, NULL, "model", "'model' must be a string");
         return err->status;
     }
-    const int k = model ? nv_api_model_find(ctx, model->valuestring, gen) : 0;
+    unsigned gen = 0;
+    const int k = model ? nv_api_model_find(ctx, model->valuestring, &gen) : 0;
     if (k < 0) {
         nv_api_error_set(err, 404, "invalid_request_error", "model_not_found", "model",
                          "The model '%.200s' does not exist (this server has '%.200s'%s)", model->valuestring,
                          ctx->model_id, ctx->adapters ? " and its adapters: see /v1/models" : "");
         return err->status;
     }
-    *adapter = k;
-    if (k) snprintf(id, NV_API_MODEL_ID, "%s", model->valuestring); /* an adapter's id is under 64 bytes */
+    if (k) {
+        snprintf(id, NV_API_MODEL_ID, "%s", model->valuestring); /* an adapter's id is under 64 bytes */
+        nv_adapter_mix_set(lora, k, gen, 1.0f);
+    }
+    /* llama.cpp's list: the adapters it names at their scales (the model's own at 1 unless listed);
+       without it and without an adapter as the model, the server's (POST /lora-adapters) */
+    if (list) return nv_api_lora_parse(ctx, list, "lora", lora, err);
+    if (!k) nv_adapters_applied(ctx->adapters, lora);
     return 0;
 }
 
 static int parse_root(const nv_api_ctx *ctx, int chat, const cJSON *root, const nv_api_parse_opts *po, nv_api_request *out,
                       nv_api_error *err) {
     int rc, given;
-    if ((rc = nv_api_check_model(ctx, root, &out->req.adapter, &out->req.adapter_gen, out->model, err))) return rc;
+    if ((rc = nv_api_check_model(ctx, root, &out->req.lora, out->model, err))) return rc;
     if ((rc = nv_api_get_bool(root, "stream", &out->stream, err))) return rc;
     const cJSON *so = nv_api_field(root, "stream_options");
     if (so) {
@@ -1551,23 +1600,57 @@ static int has_nul_escape(const char *body, size_t len) {
     return 0;
 }
 
-cJSON *nv_api_body_object(const char *body, size_t len, nv_api_error *err) {
+/* The body as JSON of any kind (NULL with err set when it is none). */
+static cJSON *body_json(const char *body, size_t len, const char *expected, nv_api_error *err) {
     if (body && has_nul_escape(body, len)) {
         nv_api_error_set(err, E400, "invalid_json", NULL, "The request holds the escape \\u0000: NUL characters are not supported");
         return NULL;
     }
     /* (a tool's schema or a call's arguments then show 1.0 as written) */
     cJSON *root = body && len ? nv_json_parse_whole(body, len) : NULL;
-    if (!root) {
+    if (!root)
         nv_api_error_set(err, E400, "invalid_json", NULL,
                          len ? "We could not parse the JSON body of your request: it is not valid JSON"
-                             : "The request body is empty: send a JSON object");
-    } else if (!cJSON_IsObject(root)) {
+                             : "The request body is empty: send %s", expected);
+    return root;
+}
+
+cJSON *nv_api_body_object(const char *body, size_t len, nv_api_error *err) {
+    cJSON *root = body_json(body, len, "a JSON object", err);
+    if (root && !cJSON_IsObject(root)) {
         nv_api_error_set(err, E400, "invalid_json", NULL, "The request body must be a JSON object");
         cJSON_Delete(root);
         root = NULL;
     }
     return root;
+}
+
+int nv_api_lora_apply(const nv_api_ctx *ctx, const char *body, size_t len, nv_api_error *err) {
+    memset(err, 0, sizeof *err);
+    cJSON *root = body_json(body, len, "a JSON array of {\"id\", \"scale\"}", err);
+    if (!root) return err->status;
+    nv_adapter_mix mix = {0};
+    int rc = nv_api_lora_parse(ctx, root, NULL, &mix, err);
+    if (!rc && ctx->adapters && !nv_adapters_apply(ctx->adapters, &mix)) /* unloaded since the list was read */
+        nv_api_error_set(err, E400, NULL, NULL, "A LoRA adapter of the list was removed meanwhile: nothing was changed"), rc = err->status;
+    cJSON_Delete(root);
+    return rc;
+}
+
+static void lora_entry(void *arg, int k, const nv_adapter *a) {
+    cJSON *o = cJSON_CreateObject();
+    if (!o) return;
+    cJSON_AddNumberToObject(o, "id", k - 1);
+    cJSON_AddStringToObject(o, "path", a->path);
+    cJSON_AddNumberToObject(o, "scale", a->applied);
+    cJSON_AddStringToObject(o, "name", a->name);
+    cJSON_AddItemToArray(arg, o);
+}
+
+char *nv_api_lora_list(const nv_api_ctx *ctx) {
+    cJSON *list = cJSON_CreateArray();
+    if (list && ctx->adapters) nv_adapters_each(ctx->adapters, lora_entry, list);
+    return nv_api_print_free(list);
 }
 
 int nv_api_parse_json(const nv_api_ctx *ctx, int chat, const cJSON *root, const nv_api_parse_opts *o, nv_api_request *out,
@@ -1599,9 +1682,12 @@ int nv_api_copy_field(const cJSON *in, cJSON *out, const char *key, const char *
     const cJSON *v = nv_api_field(in, key);
     if (!v) return 0;
     /* an integer: finite and whole (no cast of an out-of-range double); its range is the OpenAI parser's to check */
-    int ok = kind == 'b' ? cJSON_IsBool(v) : cJSON_IsNumber(v) && (kind == 'n' || (isfinite(v->valuedouble) && v->valuedouble == floor(v->valuedouble)));
+    int ok = kind == 'j' || (kind == 'b' ? cJSON_IsBool(v)
+                                         : cJSON_IsNumber(v) && (kind == 'n' || (isfinite(v->valuedouble) && v->valuedouble == floor(v->valuedouble))));
     if (!ok) return nv_api_bad(err, "%s: must be %s", key, kind == 'b' ? "a boolean" : kind == 'n' ? "a number" : "an integer");
-    cJSON_AddItemToObject(out, as ? as : key, cJSON_Duplicate(v, 0));
+    cJSON *copy = cJSON_Duplicate(v, kind == 'j');
+    if (!copy) return nv_api_oom(err);
+    cJSON_AddItemToObject(out, as ? as : key, copy);
     return 0;
 }
 
@@ -2115,7 +2201,7 @@ int nv_api_embed_parse(const nv_api_ctx *ctx, const char *body, size_t len, nv_a
     memset(err, 0, sizeof *err);
     cJSON *root = nv_api_body_object(body, len, err);
     if (!root) return err->status;
-    int rc = nv_api_check_model(ctx, root, &out->adapter, &out->adapter_gen, out->model, err);
+    int rc = nv_api_check_model(ctx, root, &out->lora, out->model, err);
     const cJSON *input = nv_api_field(root, "input"), *fmt = nv_api_field(root, "encoding_format"), *dims = nv_api_field(root, "dimensions");
     if (!rc && !input) nv_api_error_set(err, E400, "missing_required_parameter", "input", "'input' is required"), rc = err->status;
     if (!rc && fmt && !(cJSON_IsString(fmt) && (!strcmp(fmt->valuestring, "float") || !strcmp(fmt->valuestring, "base64"))))

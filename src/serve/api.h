@@ -147,7 +147,8 @@ int nv_api_parse_translated(const nv_api_ctx *ctx, const char *body, size_t len,
                             const nv_api_parse_opts *o, nv_api_request *out, nv_api_error *err);
 /* For the translators: a 400 with the message (returns its status); field key of in copied to out
  * (as key, or as `as` when given) when given, after checking its JSON type: kind 'n' a number, 'i'
- * an integer, 'b' a boolean (the range is the OpenAI parser's to check). */
+ * an integer, 'b' a boolean, 'j' anything (the range, and a 'j' field's shape, are the OpenAI
+ * parser's to check). */
 int nv_api_bad(nv_api_error *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 int nv_api_copy_field(const cJSON *in, cJSON *out, const char *key, const char *as, char kind, nv_api_error *err);
 /* The fill-in-the-middle markers of a code model's vocabulary (prefix, suffix, middle): Qwen2.5-Coder's,
@@ -155,10 +156,11 @@ int nv_api_copy_field(const cJSON *in, cJSON *out, const char *key, const char *
 int nv_api_fim_tokens(const nv_tokenizer *tok, int ids[3]);
 /* A boolean field key of root into *out (left as it is when absent): 0, or a 400's status. */
 int nv_api_get_bool(const cJSON *root, const char *key, int *out, nv_api_error *err);
-/* 'model', when given, must name the served model or one of its adapters (whose number and
- * generation go to *adapter and *gen; 0 for the base model or none given); the id goes to id.
- * 0, or the error's status. */
-int nv_api_check_model(const nv_api_ctx *ctx, const cJSON *root, int *adapter, unsigned *gen, char id[NV_API_MODEL_ID],
+/* 'model', when given, must name the served model or one of its adapters (which joins *lora at
+ * factor 1); the id goes to id. 'lora' (llama.cpp's [{"id", "scale"}], nv_api_lora_parse) then
+ * gives adapters their factors; with neither, *lora is the server's applied set
+ * (nv_adapters_applied). 0, or the error's status. */
+int nv_api_check_model(const nv_api_ctx *ctx, const cJSON *root, nv_adapter_mix *lora, char id[NV_API_MODEL_ID],
                        nv_api_error *err);
 /* The 500 of an allocation that failed, in err; returns its status. */
 int nv_api_oom(nv_api_error *err);
@@ -264,6 +266,18 @@ int nv_api_model_ids(const nv_api_ctx *ctx, char (*ids)[NV_ADAPTER_NAME_CAP]);
 /* The model an id names (0 the base, else an adapter's number, its generation in *gen when given),
  * -1 when none. */
 int nv_api_model_find(const nv_api_ctx *ctx, const char *id, unsigned *gen);
+/* llama.cpp's LoRA list, [{"id": ID, "scale": S}, ...] (an id: an adapter's slot, from 0, as
+ * GET /lora-adapters lists it; |S| at most NV_API_LORA_SCALE_MAX; a later entry of an id wins; 0
+ * takes it out), into *out on top of what it holds; at most NV_MIX_ADAPTERS non-zero in the end.
+ * 0, or a 400's status (param: the field the list is, NULL for a whole body). */
+#define NV_API_LORA_SCALE_MAX 100
+int nv_api_lora_parse(const nv_api_ctx *ctx, const cJSON *list, const char *param, nv_adapter_mix *out, nv_api_error *err);
+/* llama.cpp's GET /lora-adapters: [{"id", "path", "scale"}] of the live adapters, with nerve's "name"
+ * (the model id that names it); "scale" is its factor in requests that choose no adapter. */
+char *nv_api_lora_list(const nv_api_ctx *ctx);
+/* POST /lora-adapters: the body, a list as nv_api_lora_parse reads it, becomes those factors (an
+ * adapter not listed: 0), all or nothing. 0, or a 400's status. */
+int nv_api_lora_apply(const nv_api_ctx *ctx, const char *body, size_t len, nv_api_error *err);
 
 /* /v1/embeddings: 'input' a string, a list of token ids, or a list of up to NV_MAX_EMBED_INPUTS of
  * those (strings are encoded with BOS, as prompts; empty ones refused); 'encoding_format' float or
@@ -274,8 +288,7 @@ typedef struct {
     int n;
     int **ids, *n_ids;
     int base64;
-    int adapter; /* the adapter 'model' named (0: the base model) */
-    unsigned adapter_gen;
+    nv_adapter_mix lora; /* the adapters of 'model' and 'lora' (nv_api_check_model) */
     char model[NV_API_MODEL_ID]; /* the model's id, as responses name it (a copy: an adapter may be removed meanwhile) */
 } nv_api_embed;
 int nv_api_embed_parse(const nv_api_ctx *ctx, const char *body, size_t len, nv_api_embed *out, nv_api_error *err);

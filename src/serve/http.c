@@ -62,7 +62,8 @@ typedef enum {
     R_RESPONSE_CANCEL, /* a background response's cancel */
     R_CONVS, R_CONV, R_CONV_ITEMS, R_CONV_ITEM, /* OpenAI's Conversations API */
     R_RESPONSE_TOKENS, /* POST /v1/responses/input_tokens */
-    R_RERANK, R_RERANK_V2, R_SCORE /* /rerank and /v1/rerank (Jina's, vLLM's), /v2/rerank (Cohere's), /score and /v1/score (vLLM's) */
+    R_RERANK, R_RERANK_V2, R_SCORE, /* /rerank and /v1/rerank (Jina's, vLLM's), /v2/rerank (Cohere's), /score and /v1/score (vLLM's) */
+    R_LORA_ADAPTERS /* llama.cpp's GET and POST /lora-adapters */
 } route_id;
 
 typedef struct {
@@ -202,8 +203,8 @@ static void access_log(const nv_http *h, conn_ctx *cc, int status, const char *w
                                         "/v1/uploads/{id}/{action}", "/v1/responses/{id}/cancel", "/v1/conversations",
                                         "/v1/conversations/{id}", "/v1/conversations/{id}/items",
                                         "/v1/conversations/{id}/items/{item}", "/v1/responses/input_tokens", "/v1/rerank",
-                                        "/v2/rerank", "/v1/score"};
-    _Static_assert(sizeof names / sizeof *names == R_SCORE + 1, "a route without its name");
+                                        "/v2/rerank", "/v1/score", "/lora-adapters"};
+    _Static_assert(sizeof names / sizeof *names == R_LORA_ADAPTERS + 1, "a route without its name");
     nv_log(h->o.quiet_access ? NV_LOG_DEBUG : NV_LOG_INFO, "serve: %s %s %d %.3fs%s%s", cc->method, names[cc->route], status, nv_now() - cc->t0, what ? " " : "",
             what ? what : "");
 }
@@ -292,6 +293,7 @@ static route_id route_of(const char *url) {
     if (!strcmp(url, "/metrics")) return R_METRICS;
     if (!strcmp(url, "/props")) return R_PROPS;
     if (!strcmp(url, "/apply-template")) return R_APPLY_TEMPLATE;
+    if (!strcmp(url, "/lora-adapters")) return R_LORA_ADAPTERS;
     if (!strcmp(url, "/v2/rerank")) return R_RERANK_V2;
     if (!strncmp(url, "/v1/", 4)) url += 3;
     if (!strcmp(url, "/rerank")) return R_RERANK;
@@ -384,6 +386,7 @@ static const char *route_methods(route_id r) {
     case R_BATCHES:
     case R_MSG_BATCHES:
     case R_FT_JOBS:
+    case R_LORA_ADAPTERS:
         return "GET, POST";
     case R_BATCH_CANCEL:
     case R_MSG_BATCH_CANCEL:
@@ -689,7 +692,8 @@ static enum MHD_Result submit_failed(nv_http *h, struct MHD_Connection *c, conn_
         return fail(h, c, cc, 400, "invalid_request_error", "context_length_exceeded",
                     "The request needs more KV cache blocks than the whole pool holds (raise --kv-memory)");
     if (sub == NV_SUBMIT_NO_ADAPTER)
-        return fail(h, c, cc, 404, "invalid_request_error", "model_not_found", "The model's adapter is not loaded");
+        return fail(h, c, cc, 404, "invalid_request_error", "model_not_found",
+                    "A LoRA adapter this request uses was removed meanwhile (see /v1/models and /lora-adapters)");
     return fail(h, c, cc, 503, "server_error", "service_unavailable", "The server is shutting down");
 }
 
@@ -1415,15 +1419,9 @@ static enum MHD_Result lora_update(nv_http *h, struct MHD_Connection *c, conn_ct
  * 0 when it has nothing (it failed). */
 typedef int (*prompt_take)(nv_http *h, nv_req *r, int i, void *arg);
 
-/* Prompt-only requests (base's parameters, each its own prompt, base's adapter pinned by the
- * caller) run in waves of up to NV_MAX_CHOICES at once (no more than the queue holds; batched by
- * the scheduler like any others), all within one --timeout; take keeps each one's result. With
- * lead, the first runs alone: prompts that open alike (a rerank's query before each document)
- * then find its blocks in the prefix cache instead of each computing them. 1 and the prompt
- * tokens run, or 0 with the response (an error) sent as *ret. */
-static int run_prompts(nv_http *h, struct MHD_Connection *c, conn_ctx *cc, const nv_req_params *base, int *const *ids,
-                       const int *n_ids, int n_all, int lead, prompt_take take, void *arg, long *prompt_tokens,
-                       enum MHD_Result *ret) {
+/* run_prompts' waves, base's adapters pinned. */
+static int run_waves(nv_http *h, struct MHD_Connection *c, conn_ctx *cc, const nv_req_params *base, int *const *ids,
+                     const int *n_ids, int n_all, int lead, prompt_take take, void *arg, long *prompt_tokens, enum MHD_Result *ret) {
     const int fd = conn_fd(c), wave = h->s->o.max_queue < NV_MAX_CHOICES ? h->s->o.max_queue : NV_MAX_CHOICES;
     const double t0 = nv_now();
     *prompt_tokens = 0;
@@ -1473,6 +1471,25 @@ static int run_prompts(nv_http *h, struct MHD_Connection *c, conn_ctx *cc, const
     return 1;
 }
 
+/* Prompt-only requests (base's parameters, each its own prompt) run in waves of up to
+ * NV_MAX_CHOICES at once (no more than the queue holds; batched by the scheduler like any others),
+ * all within one --timeout; take keeps each one's result. With lead, the first runs alone: prompts
+ * that open alike (a rerank's query before each document) then find its blocks in the prefix cache
+ * instead of each computing them. 1 and the prompt tokens run, or 0 with the response (an error)
+ * sent as *ret. */
+static int run_prompts(nv_http *h, struct MHD_Connection *c, conn_ctx *cc, const nv_req_params *base, int *const *ids,
+                       const int *n_ids, int n_all, int lead, prompt_take take, void *arg, long *prompt_tokens,
+                       enum MHD_Result *ret) {
+    /* the waves' requests come and go: base's adapters are held for all of them */
+    if (!nv_adapters_pin_mix(h->ctx.adapters, &base->lora)) {
+        *ret = submit_failed(h, c, cc, NV_SUBMIT_NO_ADAPTER);
+        return 0;
+    }
+    const int ok = run_waves(h, c, cc, base, ids, n_ids, n_all, lead, take, arg, prompt_tokens, ret);
+    nv_adapters_unpin_mix(h->ctx.adapters, &base->lora);
+    return ok;
+}
+
 static int take_embedding(nv_http *h, nv_req *r, int i, void *vecs) {
     return nv_req_embedding(h->s, r, (float *)vecs + (size_t)i * h->ctx.dim, h->ctx.dim);
 }
@@ -1487,24 +1504,17 @@ static enum MHD_Result embeddings(nv_http *h, struct MHD_Connection *c, conn_ctx
     if (olla ? nv_olla_embed_parse(&h->ctx, cc->body.data, cc->body.len, legacy, &in, &om, &err)
              : nv_api_embed_parse(&h->ctx, cc->body.data, cc->body.len, &in, &err))
         return respond_error(h, c, cc, &err);
-    /* the waves' requests come and go: the handler holds the adapter for all of them */
-    if (in.adapter && !nv_adapters_pin(h->ctx.adapters, in.adapter, in.adapter_gen)) {
-        nv_api_embed_free(&in);
-        return submit_failed(h, c, cc, NV_SUBMIT_NO_ADAPTER);
-    }
     const int dim = h->ctx.dim;
     float *vecs = malloc((size_t)in.n * dim * sizeof(float));
     enum MHD_Result ret;
     long prompt_tokens = 0;
-    const nv_req_params base = {.max_tokens = 0, .vocab_size = h->ctx.vocab_size, .embed = 1, .adapter = in.adapter,
-                                .adapter_gen = in.adapter_gen};
+    const nv_req_params base = {.max_tokens = 0, .vocab_size = h->ctx.vocab_size, .embed = 1, .lora = in.lora};
     if (!vecs) ret = fail(h, c, cc, 500, "server_error", NULL, "out of memory");
     else if (run_prompts(h, c, cc, &base, in.ids, in.n_ids, in.n, 0, take_embedding, vecs, &prompt_tokens, &ret))
         ret = respond(h, c, cc, 200, "application/json",
                       olla ? nv_olla_embed_response(&om, legacy, vecs, in.n, dim, (int)prompt_tokens)
                            : nv_api_embed_response(&h->ctx, in.model, vecs, in.n, in.base64, (int)prompt_tokens),
                       NULL, NULL);
-    if (in.adapter) nv_adapters_unpin(h->ctx.adapters, in.adapter);
     nv_api_embed_free(&in);
     free(vecs);
     return ret;
@@ -1530,21 +1540,16 @@ static enum MHD_Result rerank(nv_http *h, struct MHD_Connection *c, conn_ctx *cc
     nv_api_error err;
     const nv_rerank_api api = cc->route == R_SCORE ? NV_RERANK_SCORE : cc->route == R_RERANK_V2 ? NV_RERANK_COHERE : NV_RERANK_JINA;
     if (nv_rerank_parse(&h->ctx, h->o.rerank, api, cc->body.data, cc->body.len, &in, &err)) return respond_error(h, c, cc, &err);
-    if (in.adapter && !nv_adapters_pin(h->ctx.adapters, in.adapter, in.adapter_gen)) {
-        nv_rerank_req_free(&in);
-        return submit_failed(h, c, cc, NV_SUBMIT_NO_ADAPTER);
-    }
     float *relevance = malloc((size_t)in.n * sizeof *relevance);
     enum MHD_Result ret;
     long prompt_tokens = 0;
     nv_req_params base = {.max_tokens = 0, .vocab_size = h->ctx.vocab_size, .n_score = h->o.rerank->n_tok,
-                          .adapter = in.adapter, .adapter_gen = in.adapter_gen};
+                          .lora = in.lora};
     memcpy(base.score_tok, h->o.rerank->tok, sizeof base.score_tok);
     relevance_out ro = {relevance, in.raw};
     if (!relevance) ret = fail(h, c, cc, 500, "server_error", NULL, "out of memory");
     else if (run_prompts(h, c, cc, &base, in.ids, in.n_ids, in.n, in.one_query, take_relevance, &ro, &prompt_tokens, &ret))
         ret = respond(h, c, cc, 200, "application/json", nv_rerank_response(&in, relevance, (int)prompt_tokens), NULL, NULL);
-    if (in.adapter) nv_adapters_unpin(h->ctx.adapters, in.adapter);
     nv_rerank_req_free(&in);
     free(relevance);
     return ret;
@@ -2008,6 +2013,12 @@ static enum MHD_Result dispatch(nv_http *h, struct MHD_Connection *c, conn_ctx *
     case R_LORA_LOAD:
     case R_LORA_UNLOAD:
         return lora_update(h, c, cc);
+    case R_LORA_ADAPTERS: {
+        nv_api_error e;
+        if (!strcmp(cc->method, "GET")) return respond(h, c, cc, 200, "application/json", nv_api_lora_list(&h->ctx), NULL, NULL);
+        if (nv_api_lora_apply(&h->ctx, cc->body.data, cc->body.len, &e)) return respond_error(h, c, cc, &e);
+        return respond(h, c, cc, 200, "application/json", strdup("{\"success\":true}"), NULL, NULL);
+    }
     case R_OLLA_TAGS:
     case R_OLLA_PS:
         return respond(h, c, cc, 200, "application/json", nv_olla_tags(&h->ctx, &h->o.olla, h->created, cc->route == R_OLLA_PS),

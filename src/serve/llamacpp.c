@@ -190,13 +190,6 @@ static int translate(const nv_api_ctx *ctx, const cJSON *in, cJSON *q, int infil
         }
         drop(q, neutral[i].key);
     }
-    const cJSON *lora = nv_api_field(in, "lora");
-    if (lora && !(cJSON_IsArray(lora) && !lora->child)) {
-        nv_api_error_set(err, E400, "unsupported_parameter", "lora",
-                         "'lora' is not supported by this server: name an adapter as the request's 'model' (serve --lora-modules)");
-        return err->status;
-    }
-    drop(q, "lora");
     /* n_probs: the generated tokens' probabilities, as /v1/completions' logprobs */
     const cJSON *probs = nv_api_field(in, "n_probs"), *post = nv_api_field(in, "post_sampling_probs");
     if (probs && (!cJSON_IsNumber(probs) || probs->valuedouble != floor(probs->valuedouble) || probs->valuedouble < 0 ||

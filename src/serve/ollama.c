@@ -176,7 +176,8 @@ static int translate(const cJSON *in, cJSON *out, int chat, int reasoning, nv_ol
         cJSON_AddBoolToObject(cJSON_AddObjectToObject(out, "chat_template_kwargs"), "enable_thinking", 0);
     if (cJSON_IsString(think)) cJSON_AddStringToObject(out, "reasoning_effort", think->valuestring); /* gpt-oss's levels: the template's */
     int rc;
-    if ((rc = refuse_unless_empty(in, "images", "this server's models read text, not images", err)) ||
+    if ((rc = nv_api_copy_field(in, out, "lora", NULL, 'j', err)) || /* llama.cpp's adapter list, as on /v1 */
+        (rc = refuse_unless_empty(in, "images", "this server's models read text, not images", err)) ||
         (rc = refuse_unless_empty(in, "template", "the model's chat template is the server's (--chat-template)", err)) ||
         (chat && (rc = refuse_unless_empty(in, "suffix", "fill-in-the-middle is /api/generate's", err))) ||
         (chat && (rc = refuse_unless_empty(in, "context", "/api/chat's conversation is its messages", err))) ||
@@ -333,6 +334,7 @@ int nv_olla_embed_parse(const nv_api_ctx *ctx, const char *body, size_t len, int
         cJSON_AddStringToObject(q, "model", id);
         cJSON_AddItemToObject(q, "input", cJSON_Duplicate(input, 1));
         rc = nv_api_copy_field(in, q, "dimensions", NULL, 'i', err);
+        if (!rc) rc = nv_api_copy_field(in, q, "lora", NULL, 'j', err);
     }
     cJSON_Delete(in);
     char *text = rc ? NULL : cJSON_PrintUnformatted(q);

@@ -215,7 +215,7 @@ int nv_rerank_parse(const nv_api_ctx *ctx, const nv_rerank *rk, nv_rerank_api ap
     }
     cJSON *root = nv_api_body_object(body, len, err);
     if (!root) return err->status;
-    int rc = nv_api_check_model(ctx, root, &out->adapter, &out->adapter_gen, out->model, err);
+    int rc = nv_api_check_model(ctx, root, &out->lora, out->model, err);
     const int score = api == NV_RERANK_SCORE;
     if (api == NV_RERANK_JINA && !nv_api_field(root, "documents") && nv_api_field(root, "texts")) out->api = api = NV_RERANK_TEI;
     const int tei = api == NV_RERANK_TEI;

@@ -65,8 +65,7 @@ typedef struct {
     int raw;          /* TEI's raw_scores: logits, not probabilities */
     int top_n;        /* results kept, best first (n: all) */
     int return_documents;
-    int adapter;
-    unsigned adapter_gen;
+    nv_adapter_mix lora;
     char model[NV_API_MODEL_ID];
 } nv_rerank_req;
 

@@ -441,9 +441,11 @@ static int translate(const cJSON *in, translate_args *a, cJSON *out, nv_api_erro
     if (trunc && (!cJSON_IsString(trunc) || (strcmp(trunc->valuestring, "auto") && strcmp(trunc->valuestring, "disabled"))))
         return bad(err, NULL, "truncation", "'truncation' must be 'auto' or 'disabled'");
     a->truncate = trunc && !strcmp(trunc->valuestring, "auto");
-    const char *copy[] = {"model", "temperature", "top_p", "stream", "parallel_tool_calls", "user"};
-    for (int k = 0; k < 6; k++) /* the chat parser checks them */
-        if (nv_api_field(in, copy[k])) cJSON_AddItemToObject(out, copy[k], cJSON_Duplicate(nv_api_field(in, copy[k]), 1));
+    const char *copy[] = {"model", "temperature", "top_p", "stream", "parallel_tool_calls", "user", "lora"};
+    for (size_t k = 0; k < sizeof copy / sizeof copy[0]; k++) { /* the chat parser checks them */
+        const int rc = nv_api_copy_field(in, out, copy[k], NULL, 'j', err);
+        if (rc) return rc;
+    }
     const cJSON *mot = nv_api_field(in, "max_output_tokens");
     if (mot) cJSON_AddItemToObject(out, "max_tokens", cJSON_Duplicate(mot, 0));
     a->max_output = cJSON_IsNumber(mot) && mot->valuedouble >= 1 ? (long)(mot->valuedouble < 1e9 ? mot->valuedouble : 1e9) : 0;

@@ -22,11 +22,10 @@ struct nv_req {
     int embed; /* the prompt's embedding is kept (nv_req_params.embed) */
     int score_tok[NV_MAX_SCORE]; /* nv_req_params' */
     int n_score;
-    int adapter; /* nv_req_params' */
-    unsigned adapter_gen;
+    nv_adapter_mix lora; /* nv_req_params' */
     int background; /* nv_sched_submit's: it waits behind the others */
-    nv_adapters *pinned; /* the set its adapter is pinned in while it exists (NULL: none) */
-    uint64_t root; /* the prefix cache's parent of its first block: 0, or its adapter's identity */
+    nv_adapters *pinned; /* the set its adapters are pinned in while it exists (NULL: none) */
+    uint64_t root; /* the prefix cache's parent of its first block: 0, or its adapters' identity */
     char *stop[NV_MAX_STOP];
     int stop_src[NV_MAX_STOP]; /* each one's index in nv_req_params.stop */
     int n_stop;
@@ -240,7 +239,7 @@ static void cond_wait_s(pthread_cond_t *cv, pthread_mutex_t *mu, double s) {
 }
 
 static void req_free(nv_req *r) {
-    nv_adapters_unpin(r->pinned, r->adapter); /* a removed adapter goes with its last request */
+    if (r->pinned) nv_adapters_unpin_mix(r->pinned, &r->lora); /* a removed adapter goes with its last request */
     free(r->prompt);
     for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
     free(r->blocks);
@@ -320,6 +319,7 @@ nv_err nv_req_create(nv_req **out, const nv_req_params *p) {
     if (p->n_prompt < 1 || p->max_tokens < 0 || p->n_stop < 0 || p->n_stop > NV_MAX_STOP || p->n_prediction < 0 ||
         (p->n_prediction > 0 && !p->prediction))
         return nv_fail(NV_EINVAL, "request: empty prompt or a negative number of tokens");
+    if (nv_adapter_mix_check(&p->lora) != NV_OK) return nv_fail(NV_EINVAL, "request: %s", nv_errmsg());
     nv_req *r = calloc(1, sizeof *r);
     if (!r) return nv_fail(NV_ENOMEM, "request: out of memory");
     cond_init_mono(&r->cv);
@@ -332,8 +332,7 @@ nv_err nv_req_create(nv_req **out, const nv_req_params *p) {
     r->max_tokens = p->max_tokens;
     r->ignore_eos = p->ignore_eos;
     r->min_tokens = p->min_tokens;
-    r->adapter = p->adapter;
-    r->adapter_gen = p->adapter_gen;
+    r->lora = p->lora;
     if (p->n_prediction > 0) {
         const nv_err pe = copy_ids(p->prediction, p->n_prediction, p->vocab_size, "the prediction's token", &r->pred_ids);
         if (pe != NV_OK) {
@@ -1231,7 +1230,7 @@ static int plan_step(nv_sched *s) {
         q.pos = r->pos;
         q.blocks = r->blocks;
         q.wblocks = r->wblocks;
-        q.adapter = r->adapter;
+        q.lora = r->lora.n ? &r->lora : NULL;
         const long reach = (long)r->pos + q.n + (q.tokens == &r->last ? r->spec_k : 0); /* positions it may write */
         while ((long)r->n_alloc * B < reach) {
             int b = r->reserved > 0 ? nv_kv_alloc(&s->pool) : -1;
@@ -1884,11 +1883,11 @@ nv_submit nv_sched_submit(nv_sched *s, nv_req *r, int background) {
     if (s->stopping) res = NV_SUBMIT_STOPPING;
     else if (r->blocks_needed > s->pool.n_blocks) res = NV_SUBMIT_TOO_BIG;
     else if ((background ? s->n_waiting : s->n_waiting - waiting_background(s)) >= s->o.max_queue) res = NV_SUBMIT_QUEUE_FULL;
-    else if (r->adapter && !r->pinned && !nv_adapters_pin(s->o.adapters, r->adapter, r->adapter_gen))
+    else if (r->lora.n && !r->pinned && !nv_adapters_pin_mix(s->o.adapters, &r->lora))
         res = NV_SUBMIT_NO_ADAPTER; /* removed (or its slot given to another) since the request named it */
     if (res == NV_SUBMIT_OK) {
-        if (r->adapter) r->pinned = s->o.adapters;
-        r->root = r->adapter ? s->o.adapters->v[r->adapter - 1].hash : 0;
+        if (r->lora.n) r->pinned = s->o.adapters;
+        r->root = nv_adapters_mix_root(s->o.adapters, &r->lora);
         r->refs++;
         nv_req **link = &s->wait_head, *prev = NULL;
         /* behind every request of its kind (background or not) whose priority is not higher (a
@@ -1990,8 +1989,8 @@ void nv_sched_gauges(nv_sched *s, nv_metrics_gauges *g) {
         int numbers[NV_MAX_ADAPTERS];
         g->lora_n = nv_adapters_names(s->o.adapters, g->lora_name, numbers, NV_MAX_ADAPTERS);
         for (int j = 0; j < g->lora_n; j++) {
-            for (int i = 0; i < s->n_running; i++) g->lora_running[j] += s->running[i]->adapter == numbers[j];
-            for (const nv_req *r = s->wait_head; r; r = r->next) g->lora_waiting[j] += r->adapter == numbers[j];
+            for (int i = 0; i < s->n_running; i++) g->lora_running[j] += nv_adapter_mix_find(&s->running[i]->lora, numbers[j]) >= 0;
+            for (const nv_req *r = s->wait_head; r; r = r->next) g->lora_waiting[j] += nv_adapter_mix_find(&r->lora, numbers[j]) >= 0;
         }
     }
     const uint64_t wstage_drops = s->wstage_drops; /* (the loop counts them under the lock) */

@@ -188,8 +188,8 @@ typedef struct {
     int lazy_at_start;
     int lazy_ends; /* the answer ends when the lazy grammar's sentence is whole (one call only) */
     int lazy_think; /* the trigger is not looked for inside a leading think block (think_tags') */
-    int adapter; /* the LoRA adapter the request runs with: its number in nv_sched_opts.adapters (0: none) */
-    unsigned adapter_gen; /* its generation when the request's model was looked up (nv_adapters_find) */
+    nv_adapter_mix lora; /* the LoRA adapters the request runs with (numbers in nv_sched_opts.adapters, each with
+                            its generation when the request looked it up, and factor; n 0: none) */
     /* a predicted answer (OpenAI's Predicted Outputs; copied): its tokens are checked as drafts where
        the answer follows it (nv_sched_opts.pred_tokens), which changes nothing in the answer */
     const int *prediction;
