@@ -317,13 +317,13 @@ static int stream_post(int port, const char *body, sresult *r) {
 /* ---- helpers -------------------------------------------------------------------------------------- */
 
 /* {"prompt":[ids],"max_tokens":k,...,"stream":true} with n random ids after BOS. */
-/* A streamed completion of ids; model NULL: none named (the server's base model). */
-static char *prompt_body(const int *ids, int n, int max_tokens, uint64_t seed, const char *model) {
-    size_t cap = (size_t)n * 8 + 384;
+/* A streamed completion of ids; head NULL, or the fields that choose its model or adapters
+ * ("\"model\":\"lora1\"," or a "lora" list, with the comma): none, the server's base model. */
+static char *prompt_body(const int *ids, int n, int max_tokens, uint64_t seed, const char *head) {
+    size_t cap = (size_t)n * 8 + 640;
     char *b = malloc(cap);
     if (!b) return NULL;
-    size_t len = (size_t)snprintf(b, cap, "{%s%.64s%s\"prompt\":[", model ? "\"model\":\"" : "", model ? model : "",
-                                  model ? "\"," : "");
+    size_t len = (size_t)snprintf(b, cap, "{%.200s\"prompt\":[", head ? head : "");
     for (int i = 0; i < n; i++) len += (size_t)snprintf(b + len, cap - len, i ? ",%d" : "%d", ids[i]);
     snprintf(b + len, cap - len,
              "],\"max_tokens\":%d,\"temperature\":1,\"seed\":%llu,\"stream\":true,"
@@ -457,7 +457,7 @@ typedef struct {
     int port, requests, prompt, tokens, vocab, client;
     sresult *res; /* [requests] */
     int ok;
-    const char *model; /* the model its requests name (NULL: none) */
+    const char *head; /* the fields choosing its requests' model or adapters (prompt_body's; NULL: none) */
 } client_job;
 
 static void *client_main(void *arg) {
@@ -467,7 +467,7 @@ static void *client_main(void *arg) {
     for (int i = 0; ids && i < j->requests; i++) {
         uint64_t seed = (uint64_t)j->client * 1000 + (uint64_t)i + 17;
         random_ids(ids, j->prompt, j->vocab, seed);
-        char *body = prompt_body(ids, j->prompt, j->tokens, seed, j->model);
+        char *body = prompt_body(ids, j->prompt, j->tokens, seed, j->head);
         if (!body || !stream_post(j->port, body, &j->res[i])) j->ok = 0;
         free(body);
     }
@@ -485,10 +485,11 @@ typedef struct {
     const char *kv_dtype;
 } serve_run;
 
-/* n concurrent clients, each sending its requests one after another, client c naming models[c %
- * n_models] (none when n_models is 0); one row, ratio_vs the decode rate against ref (0: none; negative: its own).
- * Returns the row's decode_tokens_per_s, negative when a request failed. */
-static double serve_row(const serve_run *sr, int n, const char *const *models, int n_models, const char *label, double ref,
+/* n concurrent clients, each sending its requests one after another, client c's choosing its model or
+ * adapters by heads[c % n_heads] (prompt_body's; none when n_heads is 0); one row, ratio_vs the decode
+ * rate against ref (0: none; negative: its own). Returns the row's decode_tokens_per_s, negative when
+ * a request failed. */
+static double serve_row(const serve_run *sr, int n, const char *const *heads, int n_heads, const char *label, double ref,
                         const char *ratio_of) {
     client_job *jobs = calloc((size_t)n, sizeof *jobs);
     pthread_t *th_ids = calloc((size_t)n, sizeof *th_ids);
@@ -496,7 +497,7 @@ static double serve_row(const serve_run *sr, int n, const char *const *models, i
     double t0 = nv_now();
     for (int c = 0; c < n; c++) {
         jobs[c] = (client_job){sr->srv->port, requests, sr->prompt, sr->tokens, sr->su->vocab, c + 100 * n,
-                               calloc((size_t)requests, sizeof(sresult)), 0, n_models ? models[c % n_models] : NULL};
+                               calloc((size_t)requests, sizeof(sresult)), 0, n_heads ? heads[c % n_heads] : NULL};
         pthread_create(&th_ids[c], NULL, client_main, &jobs[c]);
     }
     for (int c = 0; c < n; c++) pthread_join(th_ids[c], NULL);
@@ -676,10 +677,19 @@ int bench_serve(int argc, char **argv, const bench_opts *o) {
         free(w.res);
     }
     const serve_run sr = {&srv, &su, o, threads, requests, prompt, tokens, kv_dtype};
-    const char *names[MAX_BENCH_ADAPTERS];
-    for (int i = 0; i < n_adapters; i++) names[i] = adapter_names[i];
-    char label[600];
+    /* each client names one adapter as its model; or mixes two at 0.5 each with a lora list */
+    static char named[MAX_BENCH_ADAPTERS][64], mixed[MAX_BENCH_ADAPTERS][96];
+    const char *by_name[MAX_BENCH_ADAPTERS], *by_list[MAX_BENCH_ADAPTERS];
+    for (int i = 0; i < n_adapters; i++) {
+        snprintf(named[i], sizeof named[i], "\"model\":\"%s\",", adapter_names[i]);
+        snprintf(mixed[i], sizeof mixed[i], "\"lora\":[{\"id\":%d,\"scale\":0.5},{\"id\":%d,\"scale\":0.5}],", i,
+                 (i + 1) % n_adapters);
+        by_name[i] = named[i], by_list[i] = mixed[i];
+    }
+    char label[600], mix_label[600];
     snprintf(label, sizeof label, "%.400s + %d LoRA adapters of rank %d (the clients' requests spread over them)", model_name,
+             n_adapters, lora_rank);
+    snprintf(mix_label, sizeof mix_label, "%.400s + %d LoRA adapters of rank %d, two at 0.5 each per request (lora lists)", model_name,
              n_adapters, lora_rank);
     int rc = 0;
     double base_decode = 0;
@@ -689,8 +699,11 @@ int bench_serve(int argc, char **argv, const bench_opts *o) {
         if (d < 0) rc = 1;
         if (ci == 0 && n == 1) base_decode = d > 0 ? d : 0;
         /* the same clients, each naming an adapter: the cost of serving them unmerged */
-        if (lora_rank && serve_row(&sr, n, names, n_adapters, label, d > 0 ? d : 0,
+        if (lora_rank && serve_row(&sr, n, by_name, n_adapters, label, d > 0 ? d : 0,
                                    "the base model's decode_tokens_per_s, same clients") < 0)
+            rc = 1;
+        if (lora_rank && n_adapters > 1 &&
+            serve_row(&sr, n, by_list, n_adapters, mix_label, d > 0 ? d : 0, "the base model's decode_tokens_per_s, same clients") < 0)
             rc = 1;
     }
     if (child_stop(&srv) != 0) rc = 1;
