@@ -347,6 +347,21 @@ static void check_llamacpp(nv_api_ctx *ctx, const char *data, size_t size) {
         nv_api_request_free(&r);
         nv_lcpp_meta_free(&m);
     }
+    /* and as /embedding's body: a failure keeps nothing; a success's answer (unit vectors stand in) is JSON */
+    nv_api_embed e;
+    nv_api_error err;
+    int normalize = -5;
+    const int rc = nv_lcpp_embed_parse(ctx, data, size, &e, &normalize, &err);
+    if (rc != 0) {
+        FZ_CHECK(rc == err.status && rc >= 400 && rc < 600 && err.message[0] && e.ids == NULL, "/embedding status %d", rc);
+        return;
+    }
+    FZ_CHECK(e.n >= 1 && e.n <= NV_MAX_EMBED_INPUTS && normalize >= 0 && normalize <= 1000, "%d inputs, embd_normalize %d", e.n, normalize);
+    float *vecs = calloc((size_t)e.n * 4, sizeof(float));
+    for (int i = 0; vecs && i < e.n; i++) vecs[i * 4 + i % 4] = 1.0f;
+    if (vecs) check_json(nv_lcpp_embed_response(vecs, e.n, 4, normalize), "/embedding answer");
+    free(vecs);
+    nv_api_embed_free(&e);
 }
 
 /* The body as Ollama's /api/chat and /api/generate, and /api/show: a failure gives Ollama's error

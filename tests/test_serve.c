@@ -2183,6 +2183,45 @@ static void test_embeddings(void) {
                 !memcmp(other, got, sizeof(float) * d),
             "token ids / base64 differ: %d %.300s", r.status, r.body);
     resp_free(&r);
+    /* llama-server's native /embedding: [{"index", "embedding": [[...]]}], the same vectors; embd_normalize's norms */
+    const char *native[] = {"{\"content\":\"Once upon a time there was a little girl named Lily\"}",
+                            "{\"content\":\"Once upon a time there was a little girl named Lily\",\"embd_normalize\":1}",
+                            "{\"input\":[\"Once upon a time there was a little girl named Lily\",\"A cat\"],\"embd_normalize\":0}",
+                            "{\"content\":\"Once upon a time there was a little girl named Lily\",\"embd_normalize\":5}"};
+    const int norms[] = {2, 1, 0, 5};
+    for (int k = 0; k < 4; k++) {
+        T_CHECK(http(s.port, "POST", "/embedding", NULL, native[k], &r) && r.status == 200, "/embedding %d: %d %.200s", k, r.status, r.body);
+        cJSON *arr = r.body ? cJSON_Parse(r.body) : NULL;
+        const cJSON *e0 = cJSON_GetArrayItem(arr, 0), *vec = cJSON_GetArrayItem(cJSON_GetObjectItem(e0, "embedding"), 0);
+        T_CHECK(cJSON_IsArray(arr) && cJSON_GetArraySize(arr) == (k == 2 ? 2 : 1) && cJSON_GetObjectItem(e0, "index")->valueint == 0 &&
+                    cJSON_GetArraySize(cJSON_GetObjectItem(e0, "embedding")) == 1 && cJSON_GetArraySize(vec) == d,
+                "/embedding %d's shape: %.200s", k, r.body);
+        double size = 0, top = 0, off = 0, ratio = 0, big = 0;
+        for (int j = 0; j < d && cJSON_GetArraySize(vec) == d; j++) /* the ratio to /v1/embeddings' at its largest entry */
+            if (fabs(got[j]) > big) big = fabs(got[j]), ratio = cJSON_GetArrayItem(vec, j)->valuedouble / got[j];
+        for (int j = 0; j < d && cJSON_GetArraySize(vec) == d; j++) {
+            const double x = cJSON_GetArrayItem(vec, j)->valuedouble;
+            top = fmax(top, fabs(x));
+            size += norms[k] == 0 ? 0 : pow(fabs(x), norms[k]);
+            off = fmax(off, fabs(x - ratio * got[j]));
+        }
+        T_CHECK(off <= 1e-6 * top && (norms[k] != 2 || fabs(ratio - 1) < 1e-7), "/embedding %d is not /v1/embeddings' vector scaled (%.3g, ratio %g)",
+                k, off, ratio);
+        T_CHECK(norms[k] == 0 ? fabs(top - 32760) < 1e-3 : fabs(size - 1) < 1e-5, "/embedding with embd_normalize %d: max %g, sum %g", norms[k],
+                top, size);
+        if (k == 2) T_CHECK(cJSON_GetObjectItem(cJSON_GetArrayItem(arr, 1), "index")->valueint == 1, "the second's index");
+        cJSON_Delete(arr);
+        resp_free(&r);
+    }
+    const char *native_bad[][2] = {{"{}", "content"}, {"{\"content\":\"a\",\"embd_normalize\":-1}", "not supported"},
+                                   {"{\"content\":\"a\",\"embd_normalize\":1.5}", "embd_normalize"}, {"{\"content\":\"\"}", "empty"},
+                                   {"{\"content\":\"a\",\"model\":\"nope\"}", "does not exist"}};
+    for (size_t i = 0; i < sizeof native_bad / sizeof native_bad[0]; i++) {
+        T_CHECK(http(s.port, "POST", "/embedding", NULL, native_bad[i][0], &r) && r.status >= 400 && r.status < 500 &&
+                    strstr(r.body, native_bad[i][1]),
+                "/embedding %s: %d %s", native_bad[i][0], r.status, r.body);
+        resp_free(&r);
+    }
     /* twenty inputs (two waves), each equal to itself alone, in order */
     static const char *const texts[4] = {"Lily and Ben", "The dog ran to the park", "A cat", "Tom had a big red ball"};
     size_t len = (size_t)snprintf(body, sizeof body, "{\"input\":[");

@@ -2201,6 +2201,14 @@ int nv_api_embed_parse(const nv_api_ctx *ctx, const char *body, size_t len, nv_a
     memset(err, 0, sizeof *err);
     cJSON *root = nv_api_body_object(body, len, err);
     if (!root) return err->status;
+    const int rc = nv_api_embed_parse_json(ctx, root, out, err);
+    cJSON_Delete(root);
+    return rc;
+}
+
+int nv_api_embed_parse_json(const nv_api_ctx *ctx, const cJSON *root, nv_api_embed *out, nv_api_error *err) {
+    memset(out, 0, sizeof *out);
+    memset(err, 0, sizeof *err);
     int rc = nv_api_check_model(ctx, root, &out->lora, out->model, err);
     const cJSON *input = nv_api_field(root, "input"), *fmt = nv_api_field(root, "encoding_format"), *dims = nv_api_field(root, "dimensions");
     if (!rc && !input) nv_api_error_set(err, E400, "missing_required_parameter", "input", "'input' is required"), rc = err->status;
@@ -2223,7 +2231,6 @@ int nv_api_embed_parse(const nv_api_ctx *ctx, const char *body, size_t len, nv_a
     int i = 0;
     for (const cJSON *e = listed ? input->child : input; !rc && e && i < n; e = listed ? e->next : NULL, i++)
         rc = embed_input(ctx, e, i, listed, out, err);
-    cJSON_Delete(root);
     if (rc) nv_api_embed_free(out);
     return rc;
 }

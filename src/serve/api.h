@@ -292,6 +292,8 @@ typedef struct {
     char model[NV_API_MODEL_ID]; /* the model's id, as responses name it (a copy: an adapter may be removed meanwhile) */
 } nv_api_embed;
 int nv_api_embed_parse(const nv_api_ctx *ctx, const char *body, size_t len, nv_api_embed *out, nv_api_error *err);
+/* The same of a body already parsed (what the other APIs' embeddings translate theirs into). */
+int nv_api_embed_parse_json(const nv_api_ctx *ctx, const cJSON *root, nv_api_embed *out, nv_api_error *err);
 void nv_api_embed_free(nv_api_embed *e);
 /* {"object":"list","data":[{"object":"embedding","index","embedding"}],"model","usage"} for n
  * vectors of ctx->dim floats (base64: each vector's little-endian float32 bytes). */

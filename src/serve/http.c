@@ -63,7 +63,8 @@ typedef enum {
     R_CONVS, R_CONV, R_CONV_ITEMS, R_CONV_ITEM, /* OpenAI's Conversations API */
     R_RESPONSE_TOKENS, /* POST /v1/responses/input_tokens */
     R_RERANK, R_RERANK_V2, R_SCORE, /* /rerank and /v1/rerank (Jina's, vLLM's), /v2/rerank (Cohere's), /score and /v1/score (vLLM's) */
-    R_LORA_ADAPTERS /* llama.cpp's GET and POST /lora-adapters */
+    R_LORA_ADAPTERS, /* llama.cpp's GET and POST /lora-adapters */
+    R_LCPP_EMBEDDING /* llama.cpp's native POST /embedding */
 } route_id;
 
 typedef struct {
@@ -203,8 +204,8 @@ static void access_log(const nv_http *h, conn_ctx *cc, int status, const char *w
                                         "/v1/uploads/{id}/{action}", "/v1/responses/{id}/cancel", "/v1/conversations",
                                         "/v1/conversations/{id}", "/v1/conversations/{id}/items",
                                         "/v1/conversations/{id}/items/{item}", "/v1/responses/input_tokens", "/v1/rerank",
-                                        "/v2/rerank", "/v1/score", "/lora-adapters"};
-    _Static_assert(sizeof names / sizeof *names == R_LORA_ADAPTERS + 1, "a route without its name");
+                                        "/v2/rerank", "/v1/score", "/lora-adapters", "/embedding"};
+    _Static_assert(sizeof names / sizeof *names == R_LCPP_EMBEDDING + 1, "a route without its name");
     nv_log(h->o.quiet_access ? NV_LOG_DEBUG : NV_LOG_INFO, "serve: %s %s %d %.3fs%s%s", cc->method, names[cc->route], status, nv_now() - cc->t0, what ? " " : "",
             what ? what : "");
 }
@@ -294,6 +295,7 @@ static route_id route_of(const char *url) {
     if (!strcmp(url, "/props")) return R_PROPS;
     if (!strcmp(url, "/apply-template")) return R_APPLY_TEMPLATE;
     if (!strcmp(url, "/lora-adapters")) return R_LORA_ADAPTERS;
+    if (!strcmp(url, "/embedding")) return R_LCPP_EMBEDDING;
     if (!strcmp(url, "/v2/rerank")) return R_RERANK_V2;
     if (!strncmp(url, "/v1/", 4)) url += 3;
     if (!strcmp(url, "/rerank")) return R_RERANK;
@@ -415,7 +417,7 @@ static int route_is_post(route_id r) {
            r == R_COUNT_TOKENS || r == R_RESPONSES || r == R_LORA_LOAD || r == R_LORA_UNLOAD || r == R_LCPP_COMPLETION ||
            r == R_INFILL || r == R_APPLY_TEMPLATE || r == R_OLLA_CHAT || r == R_OLLA_GENERATE || r == R_OLLA_SHOW ||
            r == R_OLLA_EMBED || r == R_OLLA_EMBEDDINGS || r == R_RESPONSE_TOKENS || r == R_RERANK || r == R_RERANK_V2 ||
-           r == R_SCORE;
+           r == R_SCORE || r == R_LCPP_EMBEDDING;
 }
 
 /* ---- streams ------------------------------------------------------------------------------- */
@@ -1500,9 +1502,11 @@ static enum MHD_Result embeddings(nv_http *h, struct MHD_Connection *c, conn_ctx
     nv_api_embed in;
     nv_api_error err;
     nv_olla_meta om;
-    const int olla = ollama_route(cc->route), legacy = cc->route == R_OLLA_EMBEDDINGS;
-    if (olla ? nv_olla_embed_parse(&h->ctx, cc->body.data, cc->body.len, legacy, &in, &om, &err)
-             : nv_api_embed_parse(&h->ctx, cc->body.data, cc->body.len, &in, &err))
+    const int olla = ollama_route(cc->route), legacy = cc->route == R_OLLA_EMBEDDINGS, lcpp = cc->route == R_LCPP_EMBEDDING;
+    int normalize = 2;
+    if (olla   ? nv_olla_embed_parse(&h->ctx, cc->body.data, cc->body.len, legacy, &in, &om, &err)
+        : lcpp ? nv_lcpp_embed_parse(&h->ctx, cc->body.data, cc->body.len, &in, &normalize, &err)
+               : nv_api_embed_parse(&h->ctx, cc->body.data, cc->body.len, &in, &err))
         return respond_error(h, c, cc, &err);
     const int dim = h->ctx.dim;
     float *vecs = malloc((size_t)in.n * dim * sizeof(float));
@@ -1512,8 +1516,9 @@ static enum MHD_Result embeddings(nv_http *h, struct MHD_Connection *c, conn_ctx
     if (!vecs) ret = fail(h, c, cc, 500, "server_error", NULL, "out of memory");
     else if (run_prompts(h, c, cc, &base, in.ids, in.n_ids, in.n, 0, take_embedding, vecs, &prompt_tokens, &ret))
         ret = respond(h, c, cc, 200, "application/json",
-                      olla ? nv_olla_embed_response(&om, legacy, vecs, in.n, dim, (int)prompt_tokens)
-                           : nv_api_embed_response(&h->ctx, in.model, vecs, in.n, in.base64, (int)prompt_tokens),
+                      olla   ? nv_olla_embed_response(&om, legacy, vecs, in.n, dim, (int)prompt_tokens)
+                      : lcpp ? nv_lcpp_embed_response(vecs, in.n, dim, normalize)
+                             : nv_api_embed_response(&h->ctx, in.model, vecs, in.n, in.base64, (int)prompt_tokens),
                       NULL, NULL);
     nv_api_embed_free(&in);
     free(vecs);
@@ -2079,8 +2084,9 @@ static enum MHD_Result dispatch(nv_http *h, struct MHD_Connection *c, conn_ctx *
         if (cc->route == R_LCPP_COMPLETION || cc->route == R_INFILL) return native(h, c, cc);
         if (cc->route == R_OLLA_CHAT || cc->route == R_OLLA_GENERATE) return ollama(h, c, cc);
         if (cc->route == R_RERANK || cc->route == R_RERANK_V2 || cc->route == R_SCORE) return rerank(h, c, cc);
-        return cc->route == R_EMBEDDINGS || cc->route == R_OLLA_EMBED || cc->route == R_OLLA_EMBEDDINGS ? embeddings(h, c, cc)
-                                                                                                      : completions(h, c, cc);
+        if (cc->route == R_EMBEDDINGS || cc->route == R_OLLA_EMBED || cc->route == R_OLLA_EMBEDDINGS || cc->route == R_LCPP_EMBEDDING)
+            return embeddings(h, c, cc);
+        return completions(h, c, cc);
     }
 }
 

@@ -388,3 +388,58 @@ char *nv_lcpp_props(const nv_api_ctx *ctx, int slots) {
     cJSON_AddStringToObject(root, "build_info", "nerve");
     return nv_api_print_free(root);
 }
+
+int nv_lcpp_embed_parse(const nv_api_ctx *ctx, const char *body, size_t len, nv_api_embed *out, int *normalize, nv_api_error *err) {
+    memset(out, 0, sizeof *out);
+    memset(err, 0, sizeof *err);
+    *normalize = 2;
+    cJSON *in = nv_api_body_object(body, len, err);
+    if (!in) return err->status;
+    int rc = 0;
+    const cJSON *input = nv_api_field(in, "input"), *content = nv_api_field(in, "content"), *norm = nv_api_field(in, "embd_normalize");
+    if (!input && !content) {
+        nv_api_error_set(err, E400, "missing_required_parameter", "content", "\"input\" or \"content\" must be provided");
+        rc = err->status;
+    } else if (norm && (!cJSON_IsNumber(norm) || norm->valuedouble != floor(norm->valuedouble) || norm->valuedouble < -1 ||
+                        norm->valuedouble > 1000)) {
+        nv_api_error_set(err, E400, NULL, "embd_normalize", "'embd_normalize' must be an integer from -1 to 1000");
+        rc = err->status;
+    } else if (norm && norm->valuedouble == -1) {
+        nv_api_error_set(err, E400, "unsupported_value", "embd_normalize",
+                         "'embd_normalize' -1 (no normalisation) is not supported: this server's embeddings are normalised when pooled");
+        rc = err->status;
+    }
+    if (norm && !rc) *normalize = (int)norm->valuedouble;
+    cJSON *q = rc ? NULL : cJSON_CreateObject();
+    if (!rc && !q) rc = nv_api_oom(err);
+    if (!rc) {
+        cJSON *copy = cJSON_Duplicate(input ? input : content, 1); /* input first, as llama-server reads them */
+        if (!copy) rc = nv_api_oom(err);
+        else cJSON_AddItemToObject(q, "input", copy);
+    }
+    if (!rc) rc = nv_api_copy_field(in, q, "model", NULL, 'j', err);
+    if (!rc) rc = nv_api_copy_field(in, q, "lora", NULL, 'j', err);
+    cJSON_Delete(in);
+    if (!rc) rc = nv_api_embed_parse_json(ctx, q, out, err);
+    cJSON_Delete(q);
+    return rc;
+}
+
+char *nv_lcpp_embed_response(const float *vecs, int n, int dim, int normalize) {
+    cJSON *list = cJSON_CreateArray();
+    for (int i = 0; list && i < n; i++) {
+        const float *v = vecs + (size_t)i * dim;
+        double top = 0, sum = 0; /* the largest magnitude, and the others' powers against it (no underflow at a large N) */
+        for (int k = 0; k < dim; k++) top = fmax(top, fabs((double)v[k]));
+        for (int k = 0; normalize != 0 && top > 0 && k < dim; k++) sum += pow(fabs((double)v[k]) / top, normalize);
+        /* the 2-norm's is 1 already (the pooling's) */
+        const double scale = top <= 0 || normalize == 2 ? 1.0 : normalize == 0 ? 32760.0 / top : 1.0 / (top * pow(sum, 1.0 / normalize));
+        cJSON *e = cJSON_CreateObject(), *outer = cJSON_CreateArray(), *vec = cJSON_CreateArray();
+        for (int k = 0; vec && k < dim; k++) cJSON_AddItemToArray(vec, cJSON_CreateNumber(v[k] * scale));
+        cJSON_AddItemToArray(outer, vec);
+        cJSON_AddNumberToObject(e, "index", i);
+        cJSON_AddItemToObject(e, "embedding", outer);
+        cJSON_AddItemToArray(list, e);
+    }
+    return nv_api_print_free(list);
+}

@@ -1,4 +1,4 @@
-/* llama.cpp's native server API (POST /completion and /infill), served by the same request
+/* llama.cpp's native server API (POST /completion, /infill and /embedding), served by the same request
  * machinery as the OpenAI API: the editor plugins and scripts written for llama-server (llama.vim,
  * llama.vscode, its examples) talk to nerve unchanged. No HTTP here.
  *
@@ -78,5 +78,15 @@ char *nv_lcpp_chunk(const nv_lcpp_meta *m, const char *content, int predicted, i
  * defaults above, n_predict -1}, "total_slots": sequences a step, "model_alias", "chat_template":
  * the template's name, "modalities": {"vision": false, "audio": false}, "build_info"}. */
 char *nv_lcpp_props(const nv_api_ctx *ctx, int slots);
+
+/* POST /embedding (llama-server's native embeddings): {"content" (or "input"): a text, token ids, or
+ * a list of those, "embd_normalize": N} into the embeddings request the OpenAI parser checks (its
+ * limits, 'model', 'lora'). The vectors are the pooled ones scaled as llama.cpp's embd_normalize
+ * says: 2 (the default) unit length, 1 taxicab, 0 the largest magnitude at 32760 (int16's range),
+ * N > 2 the N-norm; -1 (none) is refused: nerve normalises in the pooling, so the raw length is
+ * gone. 0, or the error's status. */
+int nv_lcpp_embed_parse(const nv_api_ctx *ctx, const char *body, size_t len, nv_api_embed *out, int *normalize, nv_api_error *err);
+/* [{"index": i, "embedding": [[...]]}]: n pooled unit vectors of dim floats, scaled by normalize. */
+char *nv_lcpp_embed_response(const float *vecs, int n, int dim, int normalize);
 
 #endif

@@ -337,11 +337,8 @@ int nv_olla_embed_parse(const nv_api_ctx *ctx, const char *body, size_t len, int
         if (!rc) rc = nv_api_copy_field(in, q, "lora", NULL, 'j', err);
     }
     cJSON_Delete(in);
-    char *text = rc ? NULL : cJSON_PrintUnformatted(q);
+    if (!rc) rc = nv_api_embed_parse_json(ctx, q, out, err);
     cJSON_Delete(q);
-    if (!rc && !text) rc = nv_api_oom(err);
-    if (!rc) rc = nv_api_embed_parse(ctx, text, strlen(text), out, err);
-    free(text);
     if (rc == 404) not_found(err, meta->model);
     return rc;
 }
