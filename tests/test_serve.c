@@ -2402,6 +2402,61 @@ static void test_tiny_pool_queue_429_disconnect(void) {
             "stream during shutdown: status %d done %d finish '%s'", last.res.status, last.res.done, last.res.finish);
 }
 
+/* llama-server's GET /slots: --max-batch slots, the running sequences first with their prompt, what
+ * they were asked and how far they are, then the idle ones; ?fail_on_no_slot is a 503 while every
+ * slot is taken (a load balancer's probe), a 200 otherwise. */
+static void test_slots(void) {
+    server s;
+    if (!server_start(&s, "slots", "--max-batch 2", "NERVE_TEST_STEP_DELAY_MS=30")) {
+        T_CHECK(0, "server did not start");
+        return;
+    }
+    const int port = s.port;
+    resp r;
+    T_CHECK(http(port, "GET", "/slots", NULL, NULL, &r) && r.status == 200, "/slots: %d", r.status);
+    cJSON *list = r.body ? cJSON_Parse(r.body) : NULL;
+    T_CHECK(cJSON_GetArraySize(list) == 2 && !cJSON_IsTrue(cJSON_GetObjectItem(cJSON_GetArrayItem(list, 1), "is_processing")) &&
+                cJSON_GetObjectItem(cJSON_GetArrayItem(list, 0), "id_task")->valueint == -1 &&
+                cJSON_GetObjectItem(cJSON_GetArrayItem(list, 0), "n_ctx")->valueint == 512,
+            "idle: %s", r.body);
+    cJSON_Delete(list);
+    resp_free(&r);
+    const int fd1 = open_stream(port, "{\"prompt\":\"Once upon a time\",\"max_tokens\":60,\"temperature\":0.5,\"top_k\":7,\"seed\":42,\"stream\":true}");
+    T_CHECK(fd1 >= 0, "the first request did not start");
+    T_CHECK(http(port, "GET", "/slots?fail_on_no_slot=1", NULL, NULL, &r) && r.status == 200, "one slot free: %d", r.status);
+    list = r.body ? cJSON_Parse(r.body) : NULL;
+    const cJSON *s0 = cJSON_GetArrayItem(list, 0), *params = cJSON_GetObjectItem(s0, "params");
+    const cJSON *next = cJSON_GetArrayItem(cJSON_GetObjectItem(s0, "next_token"), 0);
+    const int decoded = next ? cJSON_GetObjectItem(next, "n_decoded")->valueint : -1;
+    T_CHECK(cJSON_IsTrue(cJSON_GetObjectItem(s0, "is_processing")) && cJSON_GetObjectItem(s0, "id_task")->valueint >= 1 &&
+                cJSON_GetObjectItem(s0, "n_prompt_tokens")->valueint == 5 && cJSON_GetObjectItem(params, "n_predict")->valueint == 60 &&
+                cJSON_GetObjectItem(params, "top_k")->valueint == 7 && cJSON_GetObjectItem(params, "seed")->valueint == 42 &&
+                fabs(cJSON_GetObjectItem(params, "temperature")->valuedouble - 0.5) < 1e-6 && decoded >= 1 && decoded < 60 &&
+                cJSON_GetObjectItem(next, "n_remain")->valueint == 60 - decoded &&
+                cJSON_GetObjectItem(s0, "n_past")->valueint == 5 + decoded &&
+                !cJSON_IsTrue(cJSON_GetObjectItem(cJSON_GetArrayItem(list, 1), "is_processing")),
+            "one running: %s", r.body);
+    cJSON_Delete(list);
+    resp_free(&r);
+    const int fd2 = open_stream(port, "{\"prompt\":\"Lily\",\"max_tokens\":60,\"stream\":true}");
+    T_CHECK(fd2 >= 0, "the second request did not start");
+    T_CHECK(http(port, "GET", "/slots?fail_on_no_slot=1", NULL, NULL, &r) && r.status == 503 && strstr(r.body, "no slot available"),
+            "every slot taken: %d %s", r.status, r.body);
+    resp_free(&r);
+    T_CHECK(http(port, "GET", "/slots", NULL, NULL, &r) && r.status == 200 && strstr(r.body, "\"n_prompt_tokens\":2,"), "two running: %s",
+            r.body);
+    resp_free(&r);
+    if (fd1 >= 0) close(fd1);
+    if (fd2 >= 0) close(fd2);
+    T_CHECK(wait_metric(port, "nerve_running_sequences", 0), "the requests did not end");
+    T_CHECK(http(port, "GET", "/slots?fail_on_no_slot=1", NULL, NULL, &r) && r.status == 200 && !strstr(r.body, "\"is_processing\":true"),
+            "idle again: %s", r.body);
+    resp_free(&r);
+    T_CHECK(http(port, "POST", "/slots", NULL, "{}", &r) && r.status == 405, "POST /slots: %d", r.status);
+    resp_free(&r);
+    T_CHECK(server_stop(&s) == 0, "server did not exit 0");
+}
+
 /* vLLM's priority: of two requests waiting for the only sequence, the one of lower priority value
  * runs first, whatever their order of arrival. */
 typedef struct {
@@ -2980,6 +3035,7 @@ int main(void) {
     T_RUN(test_run_folder);
     T_RUN(test_tiny_pool_queue_429_disconnect);
     T_RUN(test_priority_order);
+    T_RUN(test_slots);
     T_RUN(test_auth_cors_timeout);
     T_RUN(test_https);
     T_RUN(test_webui);

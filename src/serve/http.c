@@ -64,7 +64,8 @@ typedef enum {
     R_RESPONSE_TOKENS, /* POST /v1/responses/input_tokens */
     R_RERANK, R_RERANK_V2, R_SCORE, /* /rerank and /v1/rerank (Jina's, vLLM's), /v2/rerank (Cohere's), /score and /v1/score (vLLM's) */
     R_LORA_ADAPTERS, /* llama.cpp's GET and POST /lora-adapters */
-    R_LCPP_EMBEDDING /* llama.cpp's native POST /embedding */
+    R_LCPP_EMBEDDING, /* llama.cpp's native POST /embedding */
+    R_SLOTS /* llama.cpp's GET /slots */
 } route_id;
 
 typedef struct {
@@ -204,8 +205,8 @@ static void access_log(const nv_http *h, conn_ctx *cc, int status, const char *w
                                         "/v1/uploads/{id}/{action}", "/v1/responses/{id}/cancel", "/v1/conversations",
                                         "/v1/conversations/{id}", "/v1/conversations/{id}/items",
                                         "/v1/conversations/{id}/items/{item}", "/v1/responses/input_tokens", "/v1/rerank",
-                                        "/v2/rerank", "/v1/score", "/lora-adapters", "/embedding"};
-    _Static_assert(sizeof names / sizeof *names == R_LCPP_EMBEDDING + 1, "a route without its name");
+                                        "/v2/rerank", "/v1/score", "/lora-adapters", "/embedding", "/slots"};
+    _Static_assert(sizeof names / sizeof *names == R_SLOTS + 1, "a route without its name");
     nv_log(h->o.quiet_access ? NV_LOG_DEBUG : NV_LOG_INFO, "serve: %s %s %d %.3fs%s%s", cc->method, names[cc->route], status, nv_now() - cc->t0, what ? " " : "",
             what ? what : "");
 }
@@ -296,6 +297,7 @@ static route_id route_of(const char *url) {
     if (!strcmp(url, "/apply-template")) return R_APPLY_TEMPLATE;
     if (!strcmp(url, "/lora-adapters")) return R_LORA_ADAPTERS;
     if (!strcmp(url, "/embedding")) return R_LCPP_EMBEDDING;
+    if (!strcmp(url, "/slots")) return R_SLOTS;
     if (!strcmp(url, "/v2/rerank")) return R_RERANK_V2;
     if (!strncmp(url, "/v1/", 4)) url += 3;
     if (!strcmp(url, "/rerank")) return R_RERANK;
@@ -2018,6 +2020,19 @@ static enum MHD_Result dispatch(nv_http *h, struct MHD_Connection *c, conn_ctx *
     case R_LORA_LOAD:
     case R_LORA_UNLOAD:
         return lora_update(h, c, cc);
+    case R_SLOTS: { /* a load balancer's probe: ?fail_on_no_slot answers 503 while every slot is taken */
+        nv_slot *run = calloc((size_t)h->s->o.max_batch, sizeof *run);
+        if (!run) return fail(h, c, cc, 500, "server_error", NULL, "out of memory");
+        const int n = nv_sched_slots(h->s, run, h->s->o.max_batch);
+        enum MHD_Result ret;
+        if (n >= h->s->o.max_batch && MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "fail_on_no_slot"))
+            ret = fail(h, c, cc, 503, "server_error", "unavailable_error", "no slot available");
+        else
+            ret = respond(h, c, cc, 200, "application/json",
+                          nv_lcpp_slots(&h->ctx, run, n, h->s->o.max_batch, h->s->o.spec_tokens > 0 || h->s->o.draft != NULL), NULL, NULL);
+        free(run);
+        return ret;
+    }
     case R_LORA_ADAPTERS: {
         nv_api_error e;
         if (!strcmp(cc->method, "GET")) return respond(h, c, cc, 200, "application/json", nv_api_lora_list(&h->ctx), NULL, NULL);

@@ -443,3 +443,43 @@ char *nv_lcpp_embed_response(const float *vecs, int n, int dim, int normalize) {
     }
     return nv_api_print_free(list);
 }
+
+char *nv_lcpp_slots(const nv_api_ctx *ctx, const nv_slot *run, int n, int max_batch, int speculative) {
+    cJSON *list = cJSON_CreateArray();
+    for (int i = 0; list && i < (n > max_batch ? n : max_batch); i++) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddNumberToObject(o, "id", i);
+        cJSON_AddNumberToObject(o, "n_ctx", ctx->seq_len);
+        cJSON_AddBoolToObject(o, "speculative", speculative);
+        cJSON_AddBoolToObject(o, "is_processing", i < n);
+        if (i >= n) {
+            cJSON_AddNumberToObject(o, "id_task", -1);
+        } else {
+            const nv_slot *r = &run[i];
+            /* the prompt has run whole once the first token is out; before, its cached part */
+            const int processed = r->generating ? r->n_prompt - r->n_cached : 0;
+            cJSON_AddNumberToObject(o, "id_task", (double)r->task);
+            cJSON_AddNumberToObject(o, "n_past", r->generating ? r->n_prompt + r->n_decoded : r->n_cached);
+            cJSON_AddNumberToObject(o, "n_prompt_tokens", r->n_prompt);
+            cJSON_AddNumberToObject(o, "n_prompt_tokens_processed", processed);
+            cJSON_AddNumberToObject(o, "n_prompt_tokens_cache", r->n_cached);
+            cJSON *params = cJSON_AddObjectToObject(o, "params");
+            cJSON_AddNumberToObject(params, "n_predict", r->max_tokens);
+            cJSON_AddNumberToObject(params, "temperature", r->temperature);
+            cJSON_AddNumberToObject(params, "top_k", r->top_k);
+            cJSON_AddNumberToObject(params, "top_p", r->top_p);
+            cJSON_AddNumberToObject(params, "min_p", r->min_p);
+            char seed[24]; /* all 64 bits (a double would round them) */
+            snprintf(seed, sizeof seed, "%llu", (unsigned long long)r->seed);
+            cJSON_AddRawToObject(params, "seed", seed);
+            cJSON *next = cJSON_AddArrayToObject(o, "next_token"), *t = cJSON_CreateObject();
+            cJSON_AddBoolToObject(t, "has_next_token", 1);
+            cJSON_AddBoolToObject(t, "has_new_line", 0);
+            cJSON_AddNumberToObject(t, "n_remain", r->max_tokens - r->n_decoded);
+            cJSON_AddNumberToObject(t, "n_decoded", r->n_decoded);
+            cJSON_AddItemToArray(next, t);
+        }
+        cJSON_AddItemToArray(list, o);
+    }
+    return nv_api_print_free(list);
+}

@@ -38,6 +38,7 @@
 #define NV_SERVE_LLAMACPP_H
 
 #include "serve/api.h"
+#include "serve/sched.h"
 
 /* What a response needs from its request after the request is gone. */
 typedef struct {
@@ -78,6 +79,13 @@ char *nv_lcpp_chunk(const nv_lcpp_meta *m, const char *content, int predicted, i
  * defaults above, n_predict -1}, "total_slots": sequences a step, "model_alias", "chat_template":
  * the template's name, "modalities": {"vision": false, "audio": false}, "build_info"}. */
 char *nv_lcpp_props(const nv_api_ctx *ctx, int slots);
+
+/* GET /slots (llama-server's): max_batch slots, the n running sequences first ({"id", "n_ctx",
+ * "speculative", "is_processing": true, "id_task", "n_past", "n_prompt_tokens",
+ * "n_prompt_tokens_processed", "n_prompt_tokens_cache", "params": {n_predict, temperature, top_k,
+ * top_p, min_p, seed}, "next_token": [{"has_next_token", "has_new_line", "n_remain", "n_decoded"}]}),
+ * then the idle ones ({"id", "n_ctx", "speculative", "is_processing": false, "id_task": -1}). */
+char *nv_lcpp_slots(const nv_api_ctx *ctx, const nv_slot *run, int n, int max_batch, int speculative);
 
 /* POST /embedding (llama-server's native embeddings): {"content" (or "input"): a text, token ids, or
  * a list of those, "embd_normalize": N} into the embeddings request the OpenAI parser checks (its

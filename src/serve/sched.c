@@ -23,6 +23,7 @@ struct nv_req {
     int score_tok[NV_MAX_SCORE]; /* nv_req_params' */
     int n_score;
     nv_adapter_mix lora; /* nv_req_params' */
+    nv_slot slot; /* its parameters for GET /slots (task: set at submission) */
     int background; /* nv_sched_submit's: it waits behind the others */
     nv_adapters *pinned; /* the set its adapters are pinned in while it exists (NULL: none) */
     uint64_t root; /* the prefix cache's parent of its first block: 0, or its adapters' identity */
@@ -349,6 +350,8 @@ nv_err nv_req_create(nv_req **out, const nv_req_params *p) {
     }
     /* llama2.c's xorshift stays at 0 forever from state 0 */
     uint64_t seed = p->seed ? p->seed : 0x2545F4914F6CDD1Dull;
+    r->slot = (nv_slot){.n_prompt = p->n_prompt, .max_tokens = p->max_tokens, .temperature = p->temperature, .top_p = p->top_p,
+                        .min_p = p->min_p, .top_k = p->top_k, .seed = p->seed};
     nv_err e = nv_sampler_init(&r->sampler, p->vocab_size, p->temperature, p->top_p, seed);
     if (e == NV_OK) e = nv_sampler_set_bias(&r->sampler, p->bias_tok, p->bias, p->n_bias);
     if (e == NV_OK) e = nv_sampler_set_penalties(&r->sampler, p->presence_penalty, p->frequency_penalty);
@@ -1888,6 +1891,7 @@ nv_submit nv_sched_submit(nv_sched *s, nv_req *r, int background) {
     if (res == NV_SUBMIT_OK) {
         if (r->lora.n) r->pinned = s->o.adapters;
         r->root = nv_adapters_mix_root(s->o.adapters, &r->lora);
+        r->slot.task = ++s->submitted;
         r->refs++;
         nv_req **link = &s->wait_head, *prev = NULL;
         /* behind every request of its kind (background or not) whose priority is not higher (a
@@ -1960,6 +1964,20 @@ void nv_sched_free(nv_sched *s) {
     nv_batch_state_free(&s->dbs);
     nv_kv_pages_free(&s->dpages);
     memset(s, 0, sizeof *s);
+}
+
+int nv_sched_slots(nv_sched *s, nv_slot *out, int cap) {
+    pthread_mutex_lock(&s->mu);
+    int n = 0;
+    for (int i = 0; i < s->n_running && n < cap; i++) {
+        const nv_req *r = s->running[i];
+        out[n] = r->slot;
+        out[n].n_cached = r->n_cached;
+        out[n].n_decoded = r->n_gen_pub;
+        out[n++].generating = r->n_gen_pub > 0;
+    }
+    pthread_mutex_unlock(&s->mu);
+    return n;
 }
 
 void nv_sched_gauges(nv_sched *s, nv_metrics_gauges *g) {

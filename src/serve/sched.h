@@ -297,6 +297,7 @@ typedef struct {
     int n_waiting;
     nv_req **running;
     int n_running;
+    unsigned long long submitted; /* requests taken so far (under the lock) */
     int stopping; /* 0 serving, 1 draining, 2 stopping */
     /* the loop's scratch for one step */
     nv_batch_seq *seqs;
@@ -338,6 +339,17 @@ int nv_sched_busy(nv_sched *s);
 void nv_sched_stop(nv_sched *s);
 void nv_sched_free(nv_sched *s);
 void nv_sched_gauges(nv_sched *s, nv_metrics_gauges *g);
+/* A running sequence as llama-server's GET /slots shows a slot: what it was asked, how far it is. */
+typedef struct {
+    unsigned long long task; /* its submission's number, from 1 */
+    int n_prompt, n_cached, n_decoded, max_tokens;
+    int generating; /* its prompt has run (its first token is out) */
+    float temperature, top_p, min_p;
+    int top_k;
+    uint64_t seed;
+} nv_slot;
+/* The running sequences (at most cap, in admission order) into out; returns how many. */
+int nv_sched_slots(nv_sched *s, nv_slot *out, int cap);
 /* Positions the whole pool can hold (the largest prompt + max_tokens one request can reserve). */
 long nv_sched_capacity(const nv_sched *s);
 
