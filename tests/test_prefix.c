@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/file.h"
 #include "base/hash.h"
 #include "base/rng.h"
 #include "engine/engine.h"
@@ -438,6 +439,62 @@ static void test_disk_rejects_bad_files(void) {
     nv_disk_free(d);
 }
 
+/* Files that are not what their place says: a part's block copied into the other part of the same
+ * model (equal layer counts: same size and geometry) is refused; a FIFO under a block's name blocks
+ * neither the start nor a load; a folder under a block's name drops that block alone (the writer
+ * goes on); the tier's folder and files are its owner's alone. */
+static void test_disk_parts_and_strangers(void) {
+    const char *root = t_path("parts");
+    blk b[3];
+    make_chain(b, 3, 0xC1, 4);
+    nv_disk_opts full = disk_opts(root, 0xC1, 1 << 20, 8), win = full;
+    full.part = "full", win.part = "windowed";
+    nv_disk *d = NULL, *w = NULL;
+    T_CHECK(nv_disk_open(&w, &win) == NV_OK, "%s", nv_errmsg());
+    if (!w) return;
+    write_chain(w, b, 0, 1);
+    nv_disk_free(w);
+    char from[800], to[800], dir[760];
+    snprintf(from, sizeof from, "%s-windowed/%016" PRIx64 ".kvb", model_dir(root, 0xC1), b[0].hash);
+    snprintf(dir, sizeof dir, "%s-full", model_dir(root, 0xC1));
+    snprintf(to, sizeof to, "%s/%016" PRIx64 ".kvb", dir, b[0].hash);
+    T_CHECK(file_size(from) == FILE_BYTES, "the windowed part's file");
+    T_CHECK(nv_mkdirs(dir) == NV_OK, "%s", nv_errmsg());
+    copy_file(from, to);
+    /* a FIFO named like a block: the start must not wait for a writer to open it */
+    char fifo[800];
+    snprintf(fifo, sizeof fifo, "%s/%016" PRIx64 ".kvb", dir, b[1].hash);
+    T_CHECK(mkfifo(fifo, 0600) == 0, "mkfifo: %s", strerror(errno));
+    T_CHECK(nv_disk_open(&d, &full) == NV_OK, "%s", nv_errmsg());
+    if (!d) return;
+    nv_disk_stats st;
+    nv_disk_stats_get(d, &st);
+    T_CHECK(st.files == 0 && st.rejected == 2 && !nv_disk_has(d, b[0].hash), "the other part's block: %ld files, %" PRIu64 " rejected",
+            st.files, st.rejected);
+    /* (the windowed part still reads its own) */
+    T_CHECK(nv_disk_open(&w, &win) == NV_OK && w && load_ok(w, &b[0]), "the windowed part lost its block");
+    nv_disk_free(w);
+    /* a folder under block 1's name: its write fails, block 2's goes through, the writer stays up */
+    snprintf(fifo, sizeof fifo, "%s/%016" PRIx64 ".kvb", dir, b[1].hash);
+    unlink(fifo);
+    T_CHECK(mkdir(fifo, 0700) == 0 && write_chain(d, b, 1, 3) == 2, "queue");
+    nv_disk_stats_get(d, &st);
+    T_CHECK(st.writer_up && st.write_errors == 1 && st.files == 1 && nv_disk_has(d, b[2].hash) && !nv_disk_has(d, b[1].hash),
+            "after a folder in a block's place: up %d, %" PRIu64 " errors, %ld files", st.writer_up, st.write_errors, st.files);
+    /* a FIFO put in place of a ready block: a load fails at once, the prefetch too */
+    char two[800];
+    snprintf(two, sizeof two, "%s/%016" PRIx64 ".kvb", dir, b[2].hash);
+    struct stat sb;
+    T_CHECK(stat(dir, &sb) == 0 && (sb.st_mode & 077) == 0, "the tier's folder is mode %o", (unsigned)(sb.st_mode & 0777));
+    T_CHECK(stat(two, &sb) == 0 && (sb.st_mode & 077) == 0, "a block file is mode %o", (unsigned)(sb.st_mode & 0777));
+    unlink(two);
+    T_CHECK(mkfifo(two, 0600) == 0, "mkfifo");
+    nv_disk_prefetch(d, b[2].hash);
+    T_CHECK(!load_ok(d, &b[2]) && !nv_disk_has(d, b[2].hash), "a FIFO was loaded");
+    nv_disk_free(d);
+    rmdir(fifo);
+}
+
 static void test_disk_cap_lru(void) {
     const char *root = t_path("cap");
     blk b[6];
@@ -569,6 +626,7 @@ int main(void) {
     T_RUN(test_model_identity);
     T_RUN(test_disk_round_trip);
     T_RUN(test_disk_rejects_bad_files);
+    T_RUN(test_disk_parts_and_strangers);
     T_RUN(test_disk_cap_lru);
     T_RUN(test_disk_queue_full_drops);
     T_RUN(test_disk_unusable_and_failing);

@@ -170,14 +170,14 @@ void nv_path_name(const char *path, char *out, size_t cap) {
     if (dot && dot != out) *dot = '\0';
 }
 
-nv_err nv_mkdirs(const char *path) {
+static nv_err mkdirs_mode(const char *path, mode_t mode) {
     char buf[4096];
     if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf) return nv_fail(NV_EINVAL, "path too long: %s", path);
     for (char *p = buf + 1;; p++) {
         if (*p == '/' || *p == '\0') {
             char c = *p;
             *p = '\0';
-            if (mkdir(buf, 0755) != 0 && errno != EEXIST) return nv_fail(NV_EIO, "%s: %s", buf, strerror(errno));
+            if (mkdir(buf, mode) != 0 && errno != EEXIST) return nv_fail(NV_EIO, "%s: %s", buf, strerror(errno));
             *p = c;
             if (!c) break;
         }
@@ -186,6 +186,10 @@ nv_err nv_mkdirs(const char *path) {
     if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode)) return nv_fail(NV_EIO, "%s: not a directory", path);
     return NV_OK;
 }
+
+nv_err nv_mkdirs(const char *path) { return mkdirs_mode(path, 0755); }
+
+nv_err nv_mkdirs_private(const char *path) { return mkdirs_mode(path, 0700); }
 
 int nv_data_path(const char *rel, char *buf, size_t cap) {
     const char *env = getenv("NERVE_DATA");

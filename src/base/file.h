@@ -61,6 +61,8 @@ int nv_data_path(const char *rel, char *buf, size_t cap);
 
 /* mkdir -p: creates path and its missing parents (mode 0755). */
 nv_err nv_mkdirs(const char *path);
+/* The same, the folders it makes readable by their owner alone (0700): for what holds users' data. */
+nv_err nv_mkdirs_private(const char *path);
 int nv_file_exists(const char *path);
 /* Removes the files names[0, n) from dir (those absent ignored), then dir itself when that leaves it
  * empty: what a command wrote into a folder of its own, taken back. */

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <time.h>
@@ -57,7 +58,8 @@ struct nv_disk {
     int q_head, q_n, in_flight;
     int32_t *done;
     int d_head, d_n;
-    uint64_t tmp_counter;
+    uint64_t tmp_counter, tmp_salt; /* temporary names: a counter and this process's random salt */
+    uint64_t tier_id; /* the headers' identity: the model's, mixed with the part's name for a part of its layers */
     nv_disk_stats st;
 };
 
@@ -147,7 +149,7 @@ static int header_ok(const nv_disk *d, const disk_header *h, const int32_t *toke
     const nv_disk_opts *o = &d->o;
     if (memcmp(h->magic, DISK_MAGIC, 8) != 0 || h->version != NV_DISK_VERSION) return 0;
     if (h->header_bytes != NV_DISK_HEADER_BYTES + 4u * (uint32_t)o->block_size) return 0;
-    if (h->model_id != o->model_id || h->n_tokens != (uint32_t)o->block_size || h->dtype != (uint32_t)o->dtype ||
+    if (h->model_id != d->tier_id || h->n_tokens != (uint32_t)o->block_size || h->dtype != (uint32_t)o->dtype ||
         h->n_layers != (uint32_t)o->n_layers || h->kv_dim != (uint32_t)o->kv_dim || h->payload_bytes != d->payload_bytes)
         return 0;
     if (h->header_sum != header_sum(h, tokens, h->n_tokens)) return 0;
@@ -186,7 +188,7 @@ static int write_block(nv_disk *d, const nv_disk_job *j, uint64_t counter, char 
     memcpy(h.magic, DISK_MAGIC, 8);
     h.version = NV_DISK_VERSION;
     h.header_bytes = NV_DISK_HEADER_BYTES + 4u * (uint32_t)o->block_size;
-    h.model_id = o->model_id;
+    h.model_id = d->tier_id;
     h.hash = j->hash;
     h.parent = j->parent;
     h.n_tokens = (uint32_t)o->block_size;
@@ -198,8 +200,9 @@ static int write_block(nv_disk *d, const nv_disk_job *j, uint64_t counter, char 
     h.header_sum = header_sum(&h, j->tokens, h.n_tokens);
     char path[4200], tmp[4300];
     block_path(d, j->hash, path, sizeof path);
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld.%" PRIu64, path, (long)getpid(), counter);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    /* (the salt: two containers sharing the directory may both be pid 1) */
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld.%" PRIx64 ".%" PRIu64, path, (long)getpid(), d->tmp_salt, counter);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600); /* the prompt's tokens are in it: the user's alone */
     if (fd < 0) {
         int e = errno;
         snprintf(why, cap, "cannot create %s: %s", tmp, strerror(e));
@@ -252,6 +255,16 @@ static void *writer_main(void *arg) {
 
         char why[8600] = "";
         int err = write ? write_block(d, &j, counter, why, sizeof why) : 0;
+        if (err == ENOSPC || err == EDQUOT) { /* the disk's other users filled it: make room among ours, once */
+            pthread_mutex_lock(&d->mu);
+            int freed = 0;
+            for (; freed < 8 && d->lru_head >= 0; freed++) evict_head(d);
+            counter = d->tmp_counter++;
+            pthread_mutex_unlock(&d->mu);
+            if (freed) err = write_block(d, &j, counter, why, sizeof why);
+        }
+        /* a fault of this one file (a folder under its name, a temporary name taken) drops the block alone */
+        const int this_file = err == EISDIR || err == EEXIST || err == ENOTEMPTY;
 
         pthread_mutex_lock(&d->mu);
         d->in_flight = 0;
@@ -267,7 +280,7 @@ static void *writer_main(void *arg) {
             if (i >= 0 && d->e[i].state == E_WRITING) entry_drop(d, i);
             if (err) {
                 d->st.write_errors++;
-                if (d->st.writer_up) {
+                if (d->st.writer_up && !this_file) {
                     d->st.writer_up = 0;
                     nv_warn("serve: prefix cache: SSD tier writer stopped: %s; blocks are no longer written to %s "
                             "(serving goes on)",
@@ -304,13 +317,16 @@ static int cmp_stamp(const void *a, const void *b, void *ctx) {
     return x < y ? -1 : x > y;
 }
 
-static void scan(nv_disk *d) {
+/* Indexes the directory's block files, removing those that fail their checks (a file that cannot
+ * be read for want of memory or descriptors is left alone); 0 when out of memory. */
+static int scan(nv_disk *d) {
     DIR *dir = opendir(d->dir);
-    if (!dir) return;
+    if (!dir) return 1;
     int32_t *tokens = malloc((size_t)d->o.block_size * 4);
+    int ok_all = tokens != NULL;
     time_t now = time(NULL);
     struct dirent *de;
-    while (tokens && (de = readdir(dir))) {
+    while (ok_all && (de = readdir(dir))) {
         const char *name = de->d_name;
         size_t n = strlen(name);
         char path[4400];
@@ -327,13 +343,18 @@ static void scan(nv_disk *d) {
         struct stat sb;
         memset(&h, 0, sizeof h);
         memset(&sb, 0, sizeof sb);
-        int fd = ok ? open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW) : -1;
+        int fd = ok ? open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK) : -1; /* (a FIFO must not block the start) */
+        if (ok && fd < 0 && (errno == EMFILE || errno == ENFILE || errno == ENOMEM || errno == EINTR)) continue; /* not the file's fault */
         ok = fd >= 0 && read_header(d, fd, &h, tokens) && h.hash == hash && fstat(fd, &sb) == 0;
         if (fd >= 0) close(fd);
-        int32_t i = ok ? entry_new(d, hash, E_READY) : -1;
-        if (i < 0) {
+        if (!ok) {
             if (unlink(path) == 0) d->st.rejected++;
             continue;
+        }
+        int32_t i = entry_new(d, hash, E_READY);
+        if (i < 0) {
+            ok_all = 0; /* out of memory: the file stays for a later start */
+            break;
         }
         d->e[i].stamp = (int64_t)sb.st_mtim.tv_sec * 1000000000LL + sb.st_mtim.tv_nsec;
         d->st.files++;
@@ -342,8 +363,8 @@ static void scan(nv_disk *d) {
     free(tokens);
     closedir(dir);
     /* least recently used first */
-    int32_t *order = malloc((size_t)(d->n_e ? d->n_e : 1) * sizeof *order);
-    if (!order) return;
+    int32_t *order = ok_all ? malloc((size_t)(d->n_e ? d->n_e : 1) * sizeof *order) : NULL;
+    if (!order) return 0;
     int32_t k = 0;
     for (int32_t i = 0; i < d->n_e; i++)
         if (d->e[i].state == E_READY) order[k++] = i;
@@ -351,6 +372,7 @@ static void scan(nv_disk *d) {
     for (int32_t i = 0; i < k; i++) lru_push(d, order[i]);
     free(order);
     while (d->st.bytes > d->o.max_bytes && d->lru_head >= 0) evict_head(d);
+    return 1;
 }
 
 nv_err nv_disk_open(nv_disk **out, const nv_disk_opts *o) {
@@ -373,7 +395,13 @@ nv_err nv_disk_open(nv_disk **out, const nv_disk_opts *o) {
     d->free_e = d->lru_head = d->lru_tail = -1;
     d->st.writer_up = 1;
     d->st.max_bytes = o->max_bytes;
-    nv_err e = nv_mkdirs(d->dir);
+    /* a part's files name it in their identity: the two parts of a model whose layer counts are equal
+       have files of the same size and geometry, which must not pass for each other's */
+    d->tier_id = o->part ? nv_hash64(o->part, strlen(o->part), o->model_id) : o->model_id;
+    if (getrandom(&d->tmp_salt, sizeof d->tmp_salt, GRND_NONBLOCK) != (ssize_t)sizeof d->tmp_salt)
+        d->tmp_salt = (uint64_t)time(NULL) ^ (uint64_t)(uintptr_t)d;
+    nv_err e = nv_mkdirs_private(d->dir); /* the files hold prompts: the user's alone */
+    if (e == NV_OK) chmod(d->dir, 0700);  /* (made by an earlier version with 0755) */
     if (e == NV_OK && access(d->dir, R_OK | X_OK) != 0)
         e = nv_fail(NV_EIO, "%s: %s", d->dir, strerror(errno));
     if (e != NV_OK) {
@@ -391,7 +419,16 @@ nv_err nv_disk_open(nv_disk **out, const nv_disk_opts *o) {
     }
     pthread_mutex_init(&d->mu, NULL);
     pthread_cond_init(&d->cv, NULL);
-    scan(d);
+    if (!scan(d)) {
+        free(d->q);
+        free(d->done);
+        free(d->e);
+        nv_map64_free(&d->map);
+        pthread_mutex_destroy(&d->mu);
+        pthread_cond_destroy(&d->cv);
+        free(d);
+        return nv_fail(NV_ENOMEM, "SSD tier: out of memory indexing its files");
+    }
     if (pthread_create(&d->thread, NULL, writer_main, d) != 0) {
         d->st.writer_up = 0;
         nv_warn("serve: prefix cache: cannot start the SSD tier writer; blocks are not written to %s", d->dir);
@@ -499,9 +536,10 @@ static void reject(nv_disk *d, uint64_t hash, const char *path) {
 void nv_disk_prefetch(nv_disk *d, uint64_t hash) {
     char path[4200];
     block_path(d, hash, path, sizeof path);
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
     if (fd < 0) return;
-    posix_fadvise(fd, 0, 0, POSIX_FADV_WILLNEED);
+    struct stat sb;
+    if (fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode)) posix_fadvise(fd, 0, 0, POSIX_FADV_WILLNEED);
     close(fd);
 }
 
@@ -509,7 +547,7 @@ int nv_disk_load(nv_disk *d, uint64_t hash, uint64_t parent, const int *tokens, 
     if (!nv_disk_has(d, hash)) return 0;
     char path[4200];
     block_path(d, hash, path, sizeof path);
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK); /* (a FIFO in its place must not block) */
     if (fd < 0) { /* evicted meanwhile, or removed behind our back */
         pthread_mutex_lock(&d->mu);
         int32_t i = nv_map64_get(&d->map, hash);
@@ -520,7 +558,14 @@ int nv_disk_load(nv_disk *d, uint64_t hash, uint64_t parent, const int *tokens, 
     }
     disk_header h;
     int32_t *tk = malloc((size_t)d->o.block_size * 4);
-    int ok = tk && read_header(d, fd, &h, tk) && h.hash == hash && h.parent == parent &&
+    if (!tk) { /* out of memory: the file is not at fault */
+        close(fd);
+        pthread_mutex_lock(&d->mu);
+        d->st.load_failures++;
+        pthread_mutex_unlock(&d->mu);
+        return 0;
+    }
+    int ok = read_header(d, fd, &h, tk) && h.hash == hash && h.parent == parent &&
              memcmp(tk, tokens, (size_t)d->o.block_size * 4) == 0 &&
              read_full(fd, payload, d->payload_bytes, (off_t)(NV_DISK_HEADER_BYTES + 4 * (size_t)d->o.block_size)) &&
              nv_hash64(payload, d->payload_bytes, 0) == h.payload_sum;

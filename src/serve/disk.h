@@ -11,9 +11,10 @@
  *      0      8     magic "NVKVBLK\0"
  *      8      4     format version (NV_DISK_VERSION)
  *     12      4     header bytes (80 + 4 x token count)
- *     16      8     model identity (serve/prefix.h)
+ *     16      8     model identity (serve/prefix.h; for a part, nv_hash64 of the part's name
+ *                   seeded with it, so one part's file never passes for the other's)
  *     24      8     block hash (the chain hash; also the file name)
- *     32      8     parent block hash (a first block: 0, or its LoRA adapter's identity)
+ *     32      8     parent block hash (a first block: 0, or its LoRA adapters' identity)
  *     40      4     token count (= block size)
  *     44      4     element type (1: fp32, 2: fp16, 3: q8; model/batch.h nv_kv_dtype)
  *     48      4     layer count
@@ -25,22 +26,30 @@
  *     80      4n    the block's token ids
  *     80+4n   ...   payload: the pool block as it is in memory (serve/kv.h, model/batch.h)
  *
+ * - The model's folder is made 0700 and the files 0600: they hold the prompts' tokens.
  * - Writes (nv_disk_enqueue) never block: a job is queued when fewer than queue_cap jobs are
  *   outstanding (queued, being written, or done but not yet reaped), otherwise it is dropped
- *   and counted. The writer thread writes the file under a temporary name and renames it into
- *   place (no fsync: a file torn by a crash fails the size or checksum test and is removed).
+ *   and counted. The writer thread writes the file under a temporary name (pid, a random salt and
+ *   a counter) and renames it into place (no fsync: a file torn by a crash fails its size or
+ *   header checksum at the next start, or its payload checksum at its first load, and is removed).
  *   The job's payload and tokens must stay unchanged until nv_disk_reap() hands its block back
  *   (the scheduler holds a pool reference on the block until then).
  * - The tier is capped at max_bytes of this model's files: before a write, the least recently
  *   used files are removed to make room (a load counts as a use; the file's mtime records it,
  *   so the order survives a restart).
- * - Any write error (disk full, read-only or vanished directory, file size limit) stops the
- *   writer with one warning; queued jobs are then handed back unwritten and later ones
- *   dropped. Lookups and loads of the files already there go on.
+ * - A disk filled by others first costs up to 8 of the least recently used files and one more
+ *   try. A fault of one file (a folder under its name, a temporary name taken) drops that block
+ *   alone. Any other write error (disk still full, read-only or vanished directory, file size
+ *   limit) stops the writer with one warning; queued jobs are then handed back unwritten and later
+ *   ones dropped. Lookups and loads of the files already there go on.
  * - nv_disk_open() indexes the model's directory: every *.kvb file is checked — magic, version,
  *   model identity, geometry, header checksum, the chain hash recomputed from its parent and
  *   tokens against the header and the name, and the exact file size — and any that fails is
- *   removed, never used. Temporary files older than a minute (a crash's leftovers) are removed.
+ *   removed, never used (one that cannot be opened for want of descriptors is left for a later
+ *   start). Files are opened non-blocking: a FIFO under a block's name is not a block and never
+ *   waits for a writer. Temporary files older than a minute (a crash's leftovers) are removed.
+ *   Out of memory while indexing, the tier is not opened. One folder serves one process: two
+ *   servers of one model on one folder would each keep to the cap only the files it knows.
  *   The payload checksum is verified on every load (nv_disk_load), which removes a file that
  *   fails it, so a block that rotted after the index is not used either.
  * - Thread-safe: the scheduler thread looks up, loads, enqueues and reaps while the writer

@@ -234,7 +234,7 @@ static int load_one(nv_files *f, const char *name, nv_file_info *out) {
 
 nv_err nv_files_open(nv_files **out, const char *dir, uint64_t max_bytes) {
     *out = NULL;
-    NV_TRY(nv_mkdirs(dir));
+    NV_TRY(nv_mkdirs_private(dir)); /* users' files: theirs alone */
     nv_files *f = calloc(1, sizeof *f);
     if (!f) return nv_fail(NV_ENOMEM, "out of memory");
     f->lock_fd = -1;
