@@ -305,6 +305,12 @@ static void test_exact_ram_then_disk_after_restart(void) {
     result r;
     T_CHECK(post(port, 0, body_p, &r) && !strcmp(r.text, ref_p.text) && r.cached_tokens == 0, "cold: cached %d, text %s",
             r.cached_tokens, r.text);
+    /* the RAM hits below are uses of the block files too (their mtimes say so once the server stops):
+       the hits come after the files were written */
+    for (int t = 0; t < 500 && metric(port, "nerve_prefix_cache_blocks{tier=\"disk\"}") < cached_full / 16; t++) sleep_ms(10);
+    sleep_ms(60);
+    struct timespec t_hit;
+    clock_gettime(CLOCK_REALTIME, &t_hit);
     T_CHECK(post(port, 0, body_p, &r) && !strcmp(r.text, ref_p.text) && r.cached_tokens == cached_full,
             "RAM hit: cached %d (want %d), text equal %d", r.cached_tokens, cached_full, !strcmp(r.text, ref_p.text));
     T_CHECK(post(port, 0, body_p2, &r) && !strcmp(r.text, ref_p2.text) && r.cached_tokens >= cached_full - 16 &&
@@ -332,6 +338,19 @@ static void test_exact_ram_then_disk_after_restart(void) {
     T_CHECK(metric(port, "nerve_prefix_cache_blocks{tier=\"disk\"}") > 0 && metric(port, "nerve_prefix_disk_up") == 1,
             "nothing written to disk");
     T_CHECK(server_stop(&s) == 0, "exit");
+    char mdir[700], names[256][64];
+    int used = 0;
+    const int n_files = model_dir(cache_dir(), NULL, mdir, sizeof mdir) ? list_blocks(mdir, names, 256) : 0;
+    for (int i = 0; i < n_files; i++) {
+        char path[1000];
+        struct stat sb;
+        snprintf(path, sizeof path, "%.700s/%.63s", mdir, names[i]);
+        /* (a file's timestamp may lag the clock by a tick) */
+        used += stat(path, &sb) == 0 && (double)sb.st_mtim.tv_sec + sb.st_mtim.tv_nsec * 1e-9 >=
+                                            (double)t_hit.tv_sec + t_hit.tv_nsec * 1e-9 - 0.03;
+    }
+    T_CHECK(used >= cached_full / 16, "%d of %d block files carry their RAM hits in their mtimes (want %d)", used, n_files,
+            cached_full / 16);
 
     /* a restart: the blocks come back from disk, and the text is the same */
     if (!server_start(&s, "disk", NULL, args, NULL, NULL)) {

@@ -38,6 +38,7 @@ typedef struct {
     int64_t stamp; /* last use (mtime, ns) */
     int32_t prev, next;
     uint8_t state;
+    uint8_t touched; /* used from RAM since the start: its mtime is brought up to date at close */
 } entry;
 
 struct nv_disk {
@@ -449,6 +450,18 @@ void nv_disk_close(nv_disk *d) {
         pthread_join(d->thread, NULL);
         d->started = 0;
     }
+    /* the files used from RAM get their use into their mtimes, oldest use first, so the order
+       survives a restart (best effort: the tier may be read-only) */
+    pthread_mutex_lock(&d->mu);
+    for (int32_t i = d->lru_head; i >= 0; i = d->e[i].next) {
+        if (!d->e[i].touched) continue;
+        char path[4200];
+        block_path(d, d->e[i].hash, path, sizeof path);
+        const struct timespec ts[2] = {{0, UTIME_OMIT}, {0, UTIME_NOW}};
+        utimensat(AT_FDCWD, path, ts, AT_SYMLINK_NOFOLLOW);
+        d->e[i].touched = 0;
+    }
+    pthread_mutex_unlock(&d->mu);
     /* jobs left (no writer) are handed back unwritten by nv_disk_reap: nothing to do here */
 }
 
@@ -473,6 +486,17 @@ int nv_disk_has(nv_disk *d, uint64_t hash) {
     int r = i >= 0 && d->e[i].state == E_READY;
     pthread_mutex_unlock(&d->mu);
     return r;
+}
+
+void nv_disk_touch(nv_disk *d, uint64_t hash) {
+    pthread_mutex_lock(&d->mu);
+    int32_t i = nv_map64_get(&d->map, hash);
+    if (i >= 0 && d->e[i].state == E_READY) {
+        lru_unlink(d, i);
+        lru_push(d, i);
+        d->e[i].touched = 1;
+    }
+    pthread_mutex_unlock(&d->mu);
 }
 
 int nv_disk_known(nv_disk *d, uint64_t hash) {

@@ -35,8 +35,9 @@
  *   The job's payload and tokens must stay unchanged until nv_disk_reap() hands its block back
  *   (the scheduler holds a pool reference on the block until then).
  * - The tier is capped at max_bytes of this model's files: before a write, the least recently
- *   used files are removed to make room (a load counts as a use; the file's mtime records it,
- *   so the order survives a restart).
+ *   used files are removed to make room (a load counts as a use, and so does a hit of the block
+ *   in RAM, nv_disk_touch; the file's mtime records them, at the load or at close, so the order
+ *   survives a restart).
  * - A disk filled by others first costs up to 8 of the least recently used files and one more
  *   try. A fault of one file (a folder under its name, a temporary name taken) drops that block
  *   alone. Any other write error (disk still full, read-only or vanished directory, file size
@@ -107,6 +108,10 @@ uint64_t nv_disk_file_bytes(const nv_disk *d);
 
 /* 1 when a usable file of this block is on disk. */
 int nv_disk_has(nv_disk *d, uint64_t hash);
+/* A use of the block from RAM: its file becomes the most recently used (at close its mtime says
+ * so), so a prefix that keeps hitting in RAM is not the first evicted from disk (its first blocks,
+ * written first, would otherwise go first and cut every later one off). */
+void nv_disk_touch(nv_disk *d, uint64_t hash);
 /* 1 when the block is on disk or queued to be written. */
 int nv_disk_known(nv_disk *d, uint64_t hash);
 /* Queues a write; 1 queued, 0 dropped (queue full, writer stopped, or already known). */

@@ -1042,6 +1042,7 @@ static void admit(nv_sched *s) {
         s->n_waiting--;
         r->next = NULL;
         for (int k = 0; k < hits; k++) nv_kv_ref(&s->pool, r->blocks[k]);
+        for (int k = 0; s->disk && k < hits; k++) nv_disk_touch(s->disk, r->hashes[k]); /* their files stay the freshest */
         nv_kv_reserve(&s->pool, need); /* cannot fail: checked above */
         r->reserved = need;
         if (wneed) nv_kv_reserve(&s->wpool, wneed);
