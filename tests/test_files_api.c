@@ -307,11 +307,20 @@ static void test_files(void) {
     cJSON_Delete(exp_o);
     t_write(exp_rec, exp_text ? exp_text : "", exp_text ? strlen(exp_text) : 0);
     free(exp_text);
-    /* a restart lists what was kept; what is not a whole record is skipped, an upload's leftovers removed */
+    /* a restart lists what was kept; what is not a whole record is skipped, an upload's leftovers removed;
+       a crash's halves go: bytes without a record (a removal cut short), a whole record without its
+       bytes (a file made but not yet renamed in), a record's unfinished temporary copy */
     char junk[700];
     snprintf(junk, sizeof junk, "%s/file-00000000000000000000000a.json", dir);
     t_write("store/file-00000000000000000000000a.json", "{\"id\":", 6);
     t_write("store/.upload-0123", "half", 4);
+    t_write("store/file-00000000000000000000000b", "orphan", 6);
+    char rec_c[600];
+    snprintf(rec_c, sizeof rec_c,
+             "{\"id\":\"file-00000000000000000000000c\",\"object\":\"file\",\"bytes\":3,\"created_at\":1,\"filename\":\"c\","
+             "\"purpose\":\"batch\",\"nerve_seq\":99}");
+    t_write("store/file-00000000000000000000000c.json", rec_c, strlen(rec_c));
+    t_write("store/file-00000000000000000000000d.json.tmp.77", "{", 1);
     if (!server_spawn(&s, "files2", NULL, NULL, model_path(), tok_path(), args, 60)) return;
     l = get_json(s.port, "/v1/files?order=asc");
     data = cJSON_GetObjectItemCaseSensitive(l, "data");
@@ -324,6 +333,15 @@ static void test_files(void) {
     free(c2);
     char *log = read_log(&s);
     T_CHECK(strstr(log, "not a file's whole record") && names_in(dir, ".upload-") == 0, "the junk: %s", log);
+    T_CHECK(!nv_file_exists(t_path("store/file-00000000000000000000000b")) && !nv_file_exists(t_path("store/file-00000000000000000000000c.json")) &&
+                !nv_file_exists(t_path("store/file-00000000000000000000000d.json.tmp.77")) && nv_file_exists(junk),
+            "a crash's halves were kept (or the malformed record removed)");
+    struct stat sb;
+    T_CHECK(stat(t_path("store"), &sb) == 0 && (sb.st_mode & 077) == 0, "the store is mode %o", (unsigned)(sb.st_mode & 0777));
+    /* a file name that is not UTF-8 is kept as UTF-8 (the list stays valid JSON for strict decoders) */
+    T_CHECK(upload(s.port, "user_data", "bad\xff\xc3name.txt", "x", &r) && r.status == 200 && strstr(r.body, "bad\xef\xbf\xbd"),
+            "a name of invalid UTF-8: %d %s", r.status, r.body);
+    resp_free(&r);
     snprintf(exp_rec, sizeof exp_rec, "store/%s", exp_id);
     T_CHECK(exp_id[0] && !nv_file_exists(t_path(exp_rec)), "the expired file's bytes are still there");
     free(log);
@@ -648,6 +666,12 @@ static void test_batch_cancel_priority(void) {
     const double after = count_of(b, "completed") + count_of(b, "failed");
     cJSON_Delete(b);
     T_CHECK(after - before <= 2, "the batch answered %g requests while one interactive request waited", after - before);
+    /* its input is not deleted under it (409); once it has ended, it is */
+    char fpath[128];
+    snprintf(fpath, sizeof fpath, "/v1/files/%s", fid);
+    T_CHECK(http(s.port, "DELETE", fpath, KEY, NULL, &r) && r.status == 409 && strstr(r.body, "file_in_use"), "delete while it runs: %d %s",
+            r.status, r.body);
+    resp_free(&r);
     snprintf(path, sizeof path, "/v1/batches/%s/cancel", bid);
     T_CHECK(http(s.port, "POST", path, KEY, "", &r) && r.status == 200 && strstr(r.body, "\"cancelling\""), "cancel: %d %s", r.status,
             r.body);
@@ -658,6 +682,8 @@ static void test_batch_cancel_priority(void) {
             str_of(b, "status"), done);
     T_CHECK(check_results(s.port, b, 10, 0) == (int)done, "the answers before the cancel");
     cJSON_Delete(b);
+    T_CHECK(http(s.port, "DELETE", fpath, KEY, NULL, &r) && r.status == 200, "delete once it ended: %d %s", r.status, r.body);
+    resp_free(&r);
     T_CHECK(server_stop_within(&s, 20) == 0, "server exit");
 }
 

@@ -46,6 +46,7 @@ struct nv_batches {
     nv_batch_runner *run; /* the batch running now, and its id (under mu) */
     char running[ID_LEN + 1];
     atomic_int run_completed, run_failed; /* its counts as they come */
+    unsigned long cancels; /* cancels taken so far (under mu): one during a run keeps its batch from being held */
 };
 
 /* ---- the records ------------------------------------------------------------------------------------ */
@@ -300,20 +301,28 @@ static int write_unrun(FILE *f, const nv_batch_req *q, int expired) {
 /* Under mu: the record of id, or NULL. */
 static batch *get(nv_batches *b, const char *id) { return id_ok(id) ? nv_recs_get(&b->r, id) : NULL; }
 
-/* Anthropic's results are one file: the errors partial's lines appended to the output's (0: done). */
+/* Anthropic's results are one file: the output partial's lines, then the errors partial's, written
+   whole as ID.results.partial (a temporary file, fsync, rename), then the two removed; a rerun after a
+   stop finds the results made and only removes what is left (0: done). */
 static int merge_partials(const char *dir, const char *id) {
-    char out_path[4200], err_path[4200], *text = NULL;
-    size_t len = 0;
+    char out_path[4200], err_path[4200], res_path[4200];
     path_of(dir, id, ".output.partial", out_path, sizeof out_path);
     path_of(dir, id, ".errors.partial", err_path, sizeof err_path);
-    if (!nv_file_exists(err_path)) return 0;
-    if (nv_file_read_all(err_path, &text, &len) != NV_OK) return -1;
-    FILE *f = fopen(out_path, "a");
-    int ok = f && fwrite(text, 1, len, f) == len;
-    if (f) ok = fflush(f) == 0 && fsync(fileno(f)) == 0 && ok, ok = fclose(f) == 0 && ok;
-    free(text);
-    if (ok) unlink(err_path);
-    return ok ? 0 : -1;
+    path_of(dir, id, ".results.partial", res_path, sizeof res_path);
+    if (!nv_file_exists(res_path)) {
+        char *text[2] = {NULL, NULL};
+        size_t len[2] = {0, 0};
+        const char *from[2] = {out_path, err_path};
+        int ok = 1;
+        for (int k = 0; k < 2 && ok; k++) ok = !nv_file_exists(from[k]) || nv_file_read_all(from[k], &text[k], &len[k]) == NV_OK;
+        const nv_iov parts[2] = {{text[0] ? text[0] : "", len[0]}, {text[1] ? text[1] : "", len[1]}};
+        ok = ok && nv_file_write_atomic(res_path, parts, 2) == NV_OK;
+        free(text[0]), free(text[1]);
+        if (!ok) return -1;
+    }
+    unlink(out_path);
+    unlink(err_path);
+    return 0;
 }
 
 /* The partials made files of the store and the batch ended with status st (its counts given; unrun:
@@ -331,13 +340,15 @@ static void finalize(nv_batches *b, const char *id, int st, int total, int compl
         save(b, x);
     }
     pthread_mutex_unlock(&b->mu);
-    if (anth && merge_partials(dir, id) != 0) nv_warn("serve: batch %s: its errored results stay in %s: %s", id, dir, strerror(errno));
+    const int merged = anth && merge_partials(dir, id) == 0;
+    if (anth && !merged) nv_warn("serve: batch %s: its errored results stay in %s: %s", id, dir, nv_errmsg());
     char file_ids[2][NV_FILE_ID_LEN + 1] = {"", ""};
     static const char *const ext[2] = {".output.partial", ".errors.partial"}, *const name[2] = {"_output.jsonl", "_error.jsonl"};
     for (int k = 0; k < 2; k++) {
         char path[4200], fname[64];
         nv_file_info fi;
-        path_of(dir, id, ext[k], path, sizeof path);
+        if (anth && k == 1) continue; /* merged into the results (or left where the warning says) */
+        path_of(dir, id, merged ? ".results.partial" : ext[k], path, sizeof path);
         snprintf(fname, sizeof fname, "%s%s", id, anth ? "_results.jsonl" : name[k]);
         struct stat st_;
         if (stat(path, &st_) != 0) { /* made a file before a stop that came before its record said so */
@@ -491,7 +502,7 @@ static void process(nv_batches *b, const char *id) {
                 if (anth) unrun++;
                 else failed++;
             }
-        if (fflush(r.err) != 0) r.write_error = errno ? errno : EIO;
+        if (fflush(r.err) != 0 || fsync(fileno(r.err)) != 0) r.write_error = errno ? errno : EIO;
         st = expired ? B_EXPIRED : B_CANCELLED;
     } else {
         st = B_COMPLETED;
@@ -536,11 +547,13 @@ static void *runner_main(void *arg) {
         }
         char id[sizeof b->r.v->id];
         snprintf(id, sizeof id, "%s", b->r.v[i].id);
+        const unsigned long cancels = b->cancels;
         pthread_mutex_unlock(&b->mu);
         process(b, id);
         pthread_mutex_lock(&b->mu);
         const batch *x = get(b, id);
-        if (x && !atomic_load(&b->stopping) && !ended(status_of(x->o))) b->r.v[x - b->r.v].held = 1; /* it made no way */
+        /* it made no way: held until the next start (unless a cancel came meanwhile: that one runs next) */
+        if (x && !atomic_load(&b->stopping) && !ended(status_of(x->o)) && b->cancels == cancels) b->r.v[x - b->r.v].held = 1;
     }
     pthread_mutex_unlock(&b->mu);
     return NULL;
@@ -828,6 +841,15 @@ int nv_batches_get(nv_batches *b, int anthropic, const char *id, const char *bas
     return answer(o, out, e);
 }
 
+int nv_batches_uses(nv_batches *b, const char *file_id) {
+    pthread_mutex_lock(&b->mu);
+    int uses = 0;
+    for (int i = 0; i < b->r.n && !uses; i++)
+        uses = !ended(status_of(b->r.v[i].o)) && !strcmp(nv_rec_str(b->r.v[i].o, "input_file_id"), file_id);
+    pthread_mutex_unlock(&b->mu);
+    return uses;
+}
+
 int nv_batches_cancel(nv_batches *b, int anthropic, const char *id, const char *base, char **out, nv_api_error *e) {
     pthread_mutex_lock(&b->mu);
     batch *x = get_kind(b, id, anthropic);
@@ -836,6 +858,7 @@ int nv_batches_cancel(nv_batches *b, int anthropic, const char *id, const char *
     if (st == B_VALIDATING || st == B_IN_PROGRESS) {
         set_status(x->o, B_CANCELLING);
         x->held = 0; /* a batch waiting for the next start is cancelled now */
+        b->cancels++;
         save(b, x);
         if (b->run && !strcmp(b->running, id)) nv_batch_run_stop(b->run, 1); /* those running finish */
         pthread_cond_broadcast(&b->cv);

@@ -56,6 +56,8 @@ int nv_batches_create(nv_batches *b, const char *body, size_t len, char **out, n
 int nv_batches_create_anthropic(nv_batches *b, const char *body, size_t len, const char *base, char **out, nv_api_error *e);
 int nv_batches_get(nv_batches *b, int anthropic, const char *id, const char *base, char **out, nv_api_error *e);
 int nv_batches_cancel(nv_batches *b, int anthropic, const char *id, const char *base, char **out, nv_api_error *e);
+/* Whether a batch that has not ended reads file_id (its input: deleting it then is refused). */
+int nv_batches_uses(nv_batches *b, const char *file_id);
 /* Newest first: after an id the older ones, before an id the newer ones nearest it (NULL: from the
  * newest), at most limit. */
 int nv_batches_list(nv_batches *b, int anthropic, int limit, const char *after, const char *before, const char *base, char **out,

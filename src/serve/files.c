@@ -4,6 +4,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,9 +14,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/buf.h"
 #include "base/file.h"
 #include "base/log.h"
 #include "serve/api.h"
+#include "serve/sched.h"
 
 struct nv_files {
     char dir[4096];
@@ -201,7 +204,8 @@ static nv_err add(nv_files *f, const nv_file_info *i) {
     return NV_OK;
 }
 
-/* One DIR/ID.json read back: 1 when it is a file's whole object and its bytes are there. */
+/* One DIR/ID.json read back: 1 when it is a file's whole object and its bytes are there, -1 when it is
+   whole but its bytes are not (a crash before they were renamed in), 0 otherwise. */
 static int load_one(nv_files *f, const char *name, nv_file_info *out) {
     char path[4200 + 80], id[64];
     snprintf(id, sizeof id, "%.*s", (int)(strlen(name) - 5), name);
@@ -213,7 +217,7 @@ static int load_one(nv_files *f, const char *name, nv_file_info *out) {
                 *ca = cJSON_GetObjectItemCaseSensitive(o, "created_at");
     int ok = cJSON_IsString(jid) && !strcmp(jid->valuestring, id) && cJSON_IsString(fn) && strlen(fn->valuestring) < sizeof out->filename &&
              cJSON_IsString(pu) && strlen(pu->valuestring) < sizeof out->purpose && cJSON_IsNumber(by) && by->valuedouble >= 0 &&
-             cJSON_IsNumber(ca);
+             by->valuedouble <= 1e18 && cJSON_IsNumber(ca) && ca->valuedouble >= 0 && ca->valuedouble <= 1e12; /* (casts in range) */
     if (ok) {
         memset(out, 0, sizeof *out);
         snprintf(out->id, sizeof out->id, "%.29s", id);
@@ -222,11 +226,12 @@ static int load_one(nv_files *f, const char *name, nv_file_info *out) {
         out->bytes = (int64_t)by->valuedouble;
         out->created_at = (long)ca->valuedouble;
         const cJSON *ea = cJSON_GetObjectItemCaseSensitive(o, "expires_at");
-        out->expires_at = cJSON_IsNumber(ea) && ea->valuedouble > 0 ? (long)ea->valuedouble : 0;
+        out->expires_at = cJSON_IsNumber(ea) && ea->valuedouble > 0 ? (long)fmin(ea->valuedouble, 1e12) : 0;
         out->seq = seq;
         struct stat st;
         path_of(f, id, "", path, sizeof path);
-        ok = stat(path, &st) == 0 && S_ISREG(st.st_mode) && (int64_t)st.st_size == out->bytes;
+        const int there = stat(path, &st) == 0;
+        ok = !there && errno == ENOENT ? -1 : there && S_ISREG(st.st_mode) && (int64_t)st.st_size == out->bytes;
     }
     cJSON_Delete(o);
     return ok;
@@ -270,11 +275,31 @@ nv_err nv_files_open(nv_files **out, const char *dir, uint64_t max_bytes) {
         snprintf(id, sizeof id, "%.*s", NV_FILE_ID_LEN, name);
         if (!nv_id_well_formed(id, "file-")) continue;
         nv_file_info i;
-        if (!load_one(f, name, &i)) {
-            nv_warn("serve: %s/%s is not a file's whole record (or its bytes are missing): not listed", dir, name);
+        const int got = load_one(f, name, &i);
+        if (got < 0) { /* a crash before its bytes were renamed in: nothing to list */
+            path_of(f, name, "", path, sizeof path);
+            unlink(path);
+            continue;
+        }
+        if (!got) {
+            nv_warn("serve: %s/%s is not a file's whole record (or its bytes are missing or of another size): not listed", dir, name);
             continue;
         }
         e = add(f, &i);
+    }
+    /* bytes without a record (a crash while a file was removed) and a record's unfinished
+       temporary copies: no one lists them, so they go (the folder is this server's alone: the lock) */
+    rewinddir(d);
+    for (struct dirent *de; e == NV_OK && (de = readdir(d));) {
+        const char *name = de->d_name;
+        char path[4200 + 80];
+        struct stat st;
+        const int bytes = strlen(name) == NV_FILE_ID_LEN && nv_id_well_formed(name, "file-");
+        if (bytes) path_of(f, name, ".json", path, sizeof path);
+        if ((bytes && lstat(path, &st) != 0 && errno == ENOENT) || (!strncmp(name, "file-", 5) && strstr(name, ".json.tmp."))) {
+            path_of(f, name, "", path, sizeof path);
+            unlink(path);
+        }
     }
     closedir(d);
     if (e != NV_OK) {
@@ -344,21 +369,25 @@ void nv_files_upload_abort(nv_file_upload *u) {
     if (u) upload_end(u, 0);
 }
 
-/* The bytes at tmp made file i (its id, seq and time given here): renamed, its object saved, listed.
-   On failure the bytes go back to tmp (an adopted file's are a batch's only copy of its answers). */
+/* The bytes at tmp made file i (its id, seq and time given here): its object saved, renamed, listed.
+   On failure the bytes stay at tmp (an adopted file's are a batch's only copy of its answers). */
 static nv_err make_file(nv_files *f, const char *tmp, nv_file_info *i, long expires_after_s) {
     char path[4200 + 80];
     nv_api_new_id(i->id, sizeof i->id, "file-");
     i->created_at = (long)time(NULL);
     i->expires_at = expires_after_s > 0 ? i->created_at + expires_after_s : 0;
     path_of(f, i->id, "", path, sizeof path);
-    if (rename(tmp, path) != 0) return nv_fail(NV_EIO, "cannot write %s: %s", path, strerror(errno));
     pthread_mutex_lock(&f->mu);
     i->seq = f->next_seq++;
     pthread_mutex_unlock(&f->mu);
+    /* the record first, then the bytes under their name: a crash between leaves a record without
+       bytes, which the next start removes, while the bytes are still at tmp (a batch's answers) */
     nv_err e = save_info(f, i);
-    if (e != NV_OK) {
-        rename(path, tmp);
+    if (e != NV_OK) return e;
+    if (rename(tmp, path) != 0) {
+        e = nv_fail(NV_EIO, "cannot write %s: %s", path, strerror(errno));
+        path_of(f, i->id, ".json", path, sizeof path);
+        unlink(path);
         return e;
     }
     pthread_mutex_lock(&f->mu);
@@ -367,10 +396,22 @@ static nv_err make_file(nv_files *f, const char *tmp, nv_file_info *i, long expi
     return e;
 }
 
+/* A client's file name as a record keeps it: valid UTF-8 (what is not becomes U+FFFD, so the list
+   stays valid JSON for strict decoders), cut at a character's edge to fit. */
+static void set_filename(nv_file_info *out, const char *filename) {
+    nv_buf b = {0};
+    nv_utf8_sanitize(&b, filename, strlen(filename));
+    size_t n = b.len < sizeof out->filename ? b.len : sizeof out->filename - 1;
+    while (n > 0 && n < b.len && ((unsigned char)b.data[n] & 0xC0) == 0x80) n--; /* not inside a character */
+    memcpy(out->filename, b.data ? b.data : "", n);
+    out->filename[n] = '\0';
+    nv_buf_free(&b);
+}
+
 nv_err nv_files_upload_commit(nv_file_upload *u, const char *filename, const char *purpose, long expires_after_s,
                               nv_file_info *out) {
     memset(out, 0, sizeof *out);
-    snprintf(out->filename, sizeof out->filename, "%s", filename);
+    set_filename(out, filename);
     snprintf(out->purpose, sizeof out->purpose, "%s", purpose);
     out->bytes = (int64_t)u->bytes;
     nv_err e = fsync(u->fd) == 0 ? NV_OK : nv_fail(NV_EIO, "cannot write in the files' folder: %s", strerror(errno));
@@ -418,7 +459,7 @@ int nv_files_purpose_ok(const char *purpose) {
 nv_err nv_files_adopt(nv_files *f, const char *path, const char *filename, const char *purpose, long expires_after_s,
                       nv_file_info *out) {
     memset(out, 0, sizeof *out);
-    snprintf(out->filename, sizeof out->filename, "%s", filename);
+    set_filename(out, filename);
     snprintf(out->purpose, sizeof out->purpose, "%s", purpose);
     struct stat st;
     if (stat(path, &st) != 0) return nv_fail(NV_EIO, "cannot read %s: %s", path, strerror(errno));

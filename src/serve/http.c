@@ -1586,11 +1586,8 @@ static enum MHD_Result files_off(nv_http *h, struct MHD_Connection *c, conn_ctx 
 }
 
 /* One part of POST /v1/files's multipart body: "purpose", and "file" (its bytes into the store). */
-static enum MHD_Result upload_part(void *cls, enum MHD_ValueKind kind, const char *key, const char *filename,
-                                   const char *content_type, const char *transfer_encoding, const char *data, uint64_t off,
-                                   size_t size) {
-    (void)kind, (void)content_type, (void)transfer_encoding;
-    conn_ctx *cc = cls;
+static enum MHD_Result take_part(conn_ctx *cc, const char *key, const char *filename, const char *data, uint64_t off,
+                                 size_t size) {
     nv_http *h = cc->h;
     if (cc->up_err.status) return MHD_YES; /* the rest is read and dropped */
     if (!key) { /* a part without a quoted name */
@@ -1639,6 +1636,19 @@ static enum MHD_Result upload_part(void *cls, enum MHD_ValueKind kind, const cha
         nv_api_error_set(&cc->up_err, e == NV_ERANGE ? 413 : 500, e == NV_ERANGE ? "invalid_request_error" : "server_error",
                          e == NV_ERANGE ? "file_too_large" : NULL, e == NV_ERANGE ? key : NULL, "%s", nv_errmsg());
     return MHD_YES;
+}
+
+static enum MHD_Result upload_part(void *cls, enum MHD_ValueKind kind, const char *key, const char *filename,
+                                   const char *content_type, const char *transfer_encoding, const char *data, uint64_t off,
+                                   size_t size) {
+    (void)kind, (void)content_type, (void)transfer_encoding;
+    conn_ctx *cc = cls;
+    const enum MHD_Result r = take_part(cc, key, filename, data, off, size);
+    if (cc->up_err.status && cc->up) { /* refused: its bytes and their room go now, not when a slow client ends the body */
+        nv_files_upload_abort(cc->up);
+        cc->up = NULL;
+    }
+    return r;
 }
 
 /* POST /v1/files, once its body is read: the file kept, or why not. */
@@ -1740,6 +1750,9 @@ static enum MHD_Result files_api(nv_http *h, struct MHD_Connection *c, conn_ctx 
         return queue_counted(h, c, cc, 200, resp);
     }
     if (!strcmp(method, "DELETE")) {
+        if (h->o.batches && nv_batches_uses(h->o.batches, id))
+            return fail(h, c, cc, 409, "invalid_request_error", "file_in_use",
+                        "A batch that has not ended reads this file: cancel it, or wait for it to end");
         if (!nv_files_delete(h->o.files, id)) return respond_error(h, c, cc, &e);
         char *out = NULL;
         if (asprintf(&out, "{\"id\":\"%s\",\"object\":\"file\",\"deleted\":true}", id) < 0) out = NULL;
