@@ -1199,7 +1199,7 @@ static void test_fine_tuning(void) {
     if (!model_path() || !tok_path()) return;
     const char *dir = t_path("ftstore");
     char args[1024];
-    snprintf(args, sizeof args, FLAGS " --api-key sk-files --files-dir '%s'", dir);
+    snprintf(args, sizeof args, FLAGS " --api-key sk-files --files-dir '%s' --allow-lora-updates", dir);
     server s;
     if (!server_spawn(&s, "ft", NULL, "NERVE_LOG=info NERVE_TEST_STEP_DELAY_MS=30", model_path(), tok_path(), args, 60)) return;
     char chat[64], val[64], pref[64], bad[64], batch[64], body[1024];
@@ -1250,6 +1250,24 @@ static void test_fine_tuning(void) {
         T_CHECK(st == 400 && !strcmp(str_of(err, "param"), refused[k].param), "refusal %zu: %d %s", k, st, str_of(err, "message"));
         cJSON_Delete(j);
     }
+    /* a file of one example past 16 MiB: refused without reading it whole */
+    {
+        nv_buf big = {0};
+        nv_buf_append(&big, "{\"messages\":\"", 13);
+        char chunk[4096];
+        memset(chunk, 'a', sizeof chunk);
+        for (int i = 0; i < (17 << 20) / (int)sizeof chunk; i++) nv_buf_append(&big, chunk, sizeof chunk);
+        nv_buf_append(&big, "\"}\n", 4);
+        char huge[64];
+        upload_id(s.port, "fine-tune", big.data, huge);
+        nv_buf_free(&big);
+        snprintf(body, sizeof body, "{\"model\":\"stories260K\",\"training_file\":\"%s\"}", huge);
+        cJSON *hj;
+        T_CHECK(create_job(s.port, body, &hj) == 400 &&
+                    strstr(str_of(cJSON_GetObjectItemCaseSensitive(hj, "error"), "message"), "longer than 16 MiB"),
+                "an example of 17 MiB: %s", str_of(cJSON_GetObjectItemCaseSensitive(hj, "error"), "message"));
+        cJSON_Delete(hj);
+    }
     snprintf(body, sizeof body, "{\"model\":\"stories260K\",\"training_file\":\"%s\"}", batch); /* the purpose */
     cJSON *j;
     T_CHECK(create_job(s.port, body, &j) == 400, "a file of purpose batch");
@@ -1284,6 +1302,16 @@ static void test_fine_tuning(void) {
                 num_of(j, "finished_at") >= num_of(j, "created_at"),
             "the job: %s %s %s", str_of(j, "status"), str_of(j, "fine_tuned_model"),
             str_of(cJSON_GetObjectItemCaseSensitive(j, "error"), "message"));
+    /* vLLM's load and unload endpoints keep off a job's models (DELETE /v1/models removes them) */
+    for (int unload = 0; unload < 2; unload++) {
+        resp lr;
+        char lb[400];
+        snprintf(lb, sizeof lb, "{\"lora_name\":\"%s%s\",\"lora_path\":\"/nonexistent\"}", ft, unload ? "" : ":ckpt-step-1");
+        T_CHECK(http(s.port, "POST", unload ? "/v1/unload_lora_adapter" : "/v1/load_lora_adapter", KEY, lb, &lr) && lr.status == 400 &&
+                    strstr(lr.body, "fine-tuning job's model"),
+                "%s a job's model: %d %s", unload ? "unloading" : "loading", lr.status, lr.body);
+        resp_free(&lr);
+    }
     const cJSON *rf = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "result_files"), 0);
     char *csv = cJSON_IsString(rf) ? file_content(s.port, rf->valuestring) : NULL;
     int rows = 0;

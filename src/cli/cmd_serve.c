@@ -190,7 +190,7 @@ static void usage(FILE *f) {
             "  --files-max-bytes SIZE\n"
             "                       the uploaded files' bytes together (default 2G; a batch's results are kept past it)\n"
             "  --batch-parallel N   a batch's requests at once (default: --max-batch)\n"
-            "  --fine-tune-nice N   a fine-tuning job's trainer runs at nice N, 0-19 (default 10)\n"
+            "  --fine-tune-nice N   a fine-tuning job's trainer runs N nice levels below the server, 0-19 (default 10)\n"
             "  --no-fine-tune-yield a fine-tuning job's trainer runs beside requests (default: it is held while\n"
             "                       requests wait or run, training in the server's idle time)\n");
 }
@@ -478,6 +478,7 @@ int cli_serve_run(int argc, char **argv, const cli_serve_job *job) {
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
     signal(SIGXFSZ, SIG_IGN); /* a file size limit makes the SSD tier's writes fail (EFBIG), not the server */
+    signal(SIGCHLD, SIG_DFL); /* a fine-tuning job waits for its trainer: an inherited SIG_IGN would reap it unseen */
 
     char default_dir[4096] = "";
     if (!cache_dir && prefix_cache && disk_cache > 0) {

@@ -17,6 +17,8 @@
 #include <time.h>
 #include <unistd.h>
 
+extern char **environ;
+
 #include "base/file.h"
 #include "base/log.h"
 #include "base/timer.h"
@@ -29,6 +31,7 @@
 #define QUIET_S 0.3        /* a held trainer goes on once the server has had no request this long */
 #define POLL_S 0.05        /* how often the runner looks at the server and the trainer */
 #define MAX_ARGS 48
+#define FIRST_LINE_MAX (16 << 20) /* a training file's first example, read at create to tell its kind */
 #define KILLED_RETRIES 2   /* a trainer killed outright, not by the server (the kernel, short of memory), goes on this often */
 #define RETRY_WAIT_S 2.0   /* ... after this many seconds times the attempt: memory short a moment may be there again */
 #define CKPT_EVERY 200     /* the trainer's checkpoints, steps apart (a stop saves one too): what a trainer killed outright loses */
@@ -599,15 +602,35 @@ static cJSON *serve_checkpoints(nv_ftjobs *j, const char *id, const char *name, 
     return list;
 }
 
-/* The trainer's process for argv, its output to logfd: at nice `nice`, in a process group of its
+/* The trainer's process for argv, its output to logfd: `nice` levels below the server's (at most 19), in a process group of its
    own (a terminal's Ctrl-C is the server's to pass on), stopped (SIGTERM: it saves its checkpoint)
    when the thread that started it ends (a server killed outright, held or not), its signals as a new
    process's, the first the kernel ends when memory runs out (oom_score_adj 1000). -1 when fork
    fails (errno). logfd and nullfd are above 2. */
 static pid_t start_trainer(char **argv, int logfd, int nullfd, int nice) {
     const pid_t parent = getpid();
+    /* nice levels below the server's, whatever its own (made here: only async-signal-safe calls after fork) */
+    errno = 0;
+    int own = getpriority(PRIO_PROCESS, 0);
+    if (errno) own = 0;
+    const int level = own + nice > 19 ? 19 : own + nice;
+    /* the server's environment but what would make the trainer another program's: an MPI launcher's
+       (it would join that job as a rank) and the server's API key */
+    size_t n_env = 0;
+    while (environ[n_env]) n_env++;
+    char **env = malloc((n_env + 1) * sizeof *env);
+    if (!env) return -1;
+    size_t kept = 0;
+    for (size_t i = 0; i < n_env; i++)
+        if (strncmp(environ[i], "OMPI_", 5) && strncmp(environ[i], "PMIX_", 5) && strncmp(environ[i], "PMI_", 4) &&
+            strncmp(environ[i], "NERVE_API_KEY=", 14))
+            env[kept++] = environ[i];
+    env[kept] = NULL;
     const pid_t pid = fork();
-    if (pid != 0) return pid;
+    if (pid != 0) {
+        free(env);
+        return pid;
+    }
     /* the child: only calls safe after fork until exec */
     struct sigaction dfl;
     memset(&dfl, 0, sizeof dfl);
@@ -627,7 +650,7 @@ static pid_t start_trainer(char **argv, int logfd, int nullfd, int nice) {
     setpgid(0, 0);
     prctl(PR_SET_PDEATHSIG, SIGTERM);
     if (getppid() != parent) _exit(127); /* the server ended before the line above */
-    setpriority(PRIO_PROCESS, 0, nice);
+    setpriority(PRIO_PROCESS, 0, level);
     const int oom = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC); /* short of memory, the kernel ends it, not the server */
     if (oom >= 0) {
         if (write(oom, "1000", 4) != 4) { /* (left as it was) */
@@ -638,7 +661,7 @@ static pid_t start_trainer(char **argv, int logfd, int nullfd, int nice) {
     dup2(logfd, 1);
     dup2(logfd, 2);
     closefrom(3);
-    execv("/proc/self/exe", argv); /* the server's own program, even when its file was replaced since */
+    execve("/proc/self/exe", argv, env); /* the server's own program, even when its file was replaced since */
     _exit(127);
 }
 
@@ -714,9 +737,15 @@ static void process(nv_ftjobs *j, const char *id) {
         save(j, x);
         pthread_mutex_unlock(&j->mu);
     }
+    int lost = 0; /* waitpid failed: how it ended is unknown, so it did not succeed */
     while (pid > 0) {
         const pid_t w = waitpid(pid, &status, WNOHANG);
-        if (w == pid || (w < 0 && errno != EINTR)) break;
+        if (w == pid) break;
+        if (w < 0 && errno != EINTR) {
+            lost = 1;
+            snprintf(errmsg, sizeof errmsg, "the trainer's end was not seen: %s", strerror(errno));
+            break;
+        }
         const int seen = read_metrics(j, id, metrics, &m); /* (file reads outside the lock) */
         const int busy = j->o.yield && j->o.busy && j->o.busy(j->o.busy_ctx);
         if (busy) busy_at = nv_now();
@@ -742,7 +771,7 @@ static void process(nv_ftjobs *j, const char *id) {
         pthread_mutex_unlock(&j->mu);
     }
     read_metrics(j, id, metrics, &m);
-    const int exited_ok = pid > 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    const int exited_ok = pid > 0 && !lost && WIFEXITED(status) && WEXITSTATUS(status) == 0;
     const int finished = exited_ok && m.total > 0 && (double)m.last >= m.total && nv_file_exists(adapter);
     int said = 0; /* the trainer's own message: before its first step, most often about the data */
     if (!finished && !errmsg[0]) {
@@ -945,30 +974,45 @@ static int data_file(nv_ftjobs *j, const char *id, const char *param, int *kind,
         if (fd >= 0) close(fd);
         return bad(e, "invalid_request", param, "No file found with id '%.100s'", id);
     }
-    char *line = NULL;
-    size_t cap = 0;
-    ssize_t n;
-    long lines = 0, no = 0;
-    int rc = 0;
-    while (!rc && (n = getline(&line, &cap, f)) > 0) {
-        no++;
-        size_t k = 0;
-        while (k < (size_t)n && (line[k] == ' ' || line[k] == '\t' || line[k] == '\r' || line[k] == '\n')) k++;
-        if (k == (size_t)n) continue;
-        if (lines++ == 0) { /* the first example says which kind the file is (the trainer checks every line) */
-            cJSON *o = cJSON_ParseWithLength(line, (size_t)n);
-            const int pref = cJSON_GetObjectItemCaseSensitive(o, "preferred_output") || cJSON_GetObjectItemCaseSensitive(o, "chosen");
-            if (!cJSON_IsObject(o) ||
-                (!pref && !cJSON_GetObjectItemCaseSensitive(o, "messages") && !cJSON_GetObjectItemCaseSensitive(o, "prompt")))
-                rc = bad(e, "invalid_training_file", param,
-                         "The file %s, line %ld: not a fine-tuning example (a JSON object with \"messages\", or for dpo "
-                         "\"input\", \"preferred_output\" and \"non_preferred_output\")",
-                         id, no);
-            *kind = pref ? DATA_PREF : DATA_CHAT;
-            cJSON_Delete(o);
+    /* lines with something on them counted in blocks, the first of them kept (at most FIRST_LINE_MAX: a
+       file of one huge line must not take the server's memory) */
+    nv_buf first = {0};
+    char block[65536];
+    size_t got;
+    long lines = 0, no = 0, first_no = 0;
+    int rc = 0, blank = 1, in_first = 0, at_start = 1;
+    while (!rc && (got = fread(block, 1, sizeof block, f)) > 0) {
+        for (size_t k = 0; k < got && !rc; k++) {
+            const char c = block[k];
+            if (at_start) no++, at_start = 0, blank = 1;
+            if (blank && c != ' ' && c != '\t' && c != '\r' && c != '\n') {
+                blank = 0;
+                if (lines++ == 0) in_first = 1, first_no = no;
+            }
+            if (c == '\n') {
+                at_start = 1;
+                in_first = 0;
+                continue;
+            }
+            if (in_first && first.len >= FIRST_LINE_MAX)
+                rc = bad(e, "invalid_training_file", param, "The file %s, line %ld: an example longer than %d MiB", id, no,
+                         FIRST_LINE_MAX >> 20);
+            else if (in_first)
+                nv_buf_append(&first, &c, 1);
         }
     }
-    free(line);
+    if (!rc && lines) { /* the first example says which kind the file is (the trainer checks every line) */
+        cJSON *o = cJSON_ParseWithLength(first.data ? first.data : "", first.len);
+        const int pref = cJSON_GetObjectItemCaseSensitive(o, "preferred_output") || cJSON_GetObjectItemCaseSensitive(o, "chosen");
+        if (!cJSON_IsObject(o) || (!pref && !cJSON_GetObjectItemCaseSensitive(o, "messages") && !cJSON_GetObjectItemCaseSensitive(o, "prompt")))
+            rc = bad(e, "invalid_training_file", param,
+                     "The file %s, line %ld: not a fine-tuning example (a JSON object with \"messages\", or for dpo "
+                     "\"input\", \"preferred_output\" and \"non_preferred_output\")",
+                     id, first_no);
+        *kind = pref ? DATA_PREF : DATA_CHAT;
+        cJSON_Delete(o);
+    }
+    nv_buf_free(&first);
     fclose(f);
     if (!rc && !lines) rc = bad(e, "invalid_training_file", param, "The file %s holds no examples", id);
     *examples = lines;
@@ -1192,9 +1236,11 @@ int nv_ftjobs_create(nv_ftjobs *j, const char *body, size_t len, char **out, nv_
     char from[4200];
     nv_err err = mkdir(jobdir, 0755) == 0 ? NV_OK : nv_fail(NV_EIO, "cannot make %s: %s", jobdir, strerror(errno));
     snprintf(from, sizeof from, "%.4000s/%s", nv_files_dir(j->files), nv_rec_str(o, "training_file"));
-    if (err == NV_OK) err = link_data(from, jobdir, "train.jsonl");
+    int data_gone = 0; /* a training or validation file deleted since it was checked: the client's doing */
+    if (err == NV_OK && (err = link_data(from, jobdir, "train.jsonl")) != NV_OK) data_gone = !nv_file_exists(from);
     snprintf(from, sizeof from, "%.4000s/%s", nv_files_dir(j->files), nv_rec_str(o, "validation_file"));
-    if (err == NV_OK && nv_rec_str(o, "validation_file")[0]) err = link_data(from, jobdir, "validation.jsonl");
+    if (err == NV_OK && nv_rec_str(o, "validation_file")[0] && (err = link_data(from, jobdir, "validation.jsonl")) != NV_OK)
+        data_gone = !nv_file_exists(from);
     int parent_gone = 0;
     if (err == NV_OK && parent_adapter[0] && (err = link_data(parent_adapter, jobdir, "init-adapter.gguf")) != NV_OK)
         parent_gone = !nv_file_exists(parent_adapter); /* (deleted since it was looked up; else the error as any) */
@@ -1229,6 +1275,7 @@ int nv_ftjobs_create(nv_ftjobs *j, const char *body, size_t len, char **out, nv_
         snprintf(parent_name, sizeof parent_name, "%s", nv_rec_str(o, "model"));
         cJSON_Delete(o);
         if (parent_gone) return bad(e, "model_not_available", "model", "Model %.200s was deleted", parent_name);
+        if (data_gone) return bad(e, "invalid_request", "training_file", "A file of the job was deleted while it was created");
         if (full)
             return bad(e, "invalid_request", NULL,
                        "The server serves %d models beside its base and the jobs yet to end will serve %d more (this one %d), of at "
@@ -1464,6 +1511,21 @@ int nv_ftjobs_owns(nv_ftjobs *j, const char *model) {
     cJSON *entry;
     pthread_mutex_lock(&j->mu);
     const int yes = owner(j, model, &step, &entry) != NULL;
+    pthread_mutex_unlock(&j->mu);
+    return yes;
+}
+
+int nv_ftjobs_reserves(nv_ftjobs *j, const char *name) {
+    pthread_mutex_lock(&j->mu);
+    int yes = 0;
+    for (int i = 0; i < j->r.n && !yes; i++) {
+        const cJSON *o = j->r.v[i].o;
+        const int st = status_of(o);
+        if (st == J_FAILED || st == J_CANCELLED || (st == J_SUCCEEDED && deleted(o))) continue;
+        const char *own = nv_rec_str(o, "nerve_fine_tuned_model");
+        const size_t n = strlen(own);
+        yes = n && !strncmp(name, own, n) && (!name[n] || !strncmp(name + n, CKPT_SUFFIX, strlen(CKPT_SUFFIX)));
+    }
     pthread_mutex_unlock(&j->mu);
     return yes;
 }

@@ -85,6 +85,9 @@ int nv_ftjobs_events(nv_ftjobs *j, const char *id, int limit, const char *after,
 int nv_ftjobs_checkpoints(nv_ftjobs *j, const char *id, int limit, const char *after, char **out, nv_api_error *e);
 /* 1 when model names a fine-tuned model of a job (an earlier epoch's too; deleted or not), else 0. */
 int nv_ftjobs_owns(nv_ftjobs *j, const char *model);
+/* Whether name is a model a job that has not failed, been cancelled or deleted serves or will serve
+   (its fine-tuned model or one of its :ckpt-step-N): vLLM's load and unload endpoints keep off it. */
+int nv_ftjobs_reserves(nv_ftjobs *j, const char *name);
 /* DELETE /v1/models/{model} of a fine-tuned model: unloaded, its adapters removed. */
 int nv_ftjobs_delete_model(nv_ftjobs *j, const char *model, char **out, nv_api_error *e);
 

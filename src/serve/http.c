@@ -1395,6 +1395,11 @@ static enum MHD_Result lora_update(nv_http *h, struct MHD_Connection *c, conn_ct
     else if (!strcmp(name->valuestring, h->ctx.model_id))
         nv_api_error_set(&err, 400, "invalid_request_error", NULL, "lora_name", "'%.200s' is the base model's id", name->valuestring),
             status = 400;
+    else if (h->o.ftjobs && nv_ftjobs_reserves(h->o.ftjobs, name->valuestring))
+        nv_api_error_set(&err, 400, "invalid_request_error", NULL, "lora_name",
+                         "'%.200s' is a fine-tuning job's model%s", name->valuestring,
+                         load ? "" : ": DELETE /v1/models/{model} removes it"),
+            status = 400;
     else if (load && nv_adapters_find(h->ctx.adapters, name->valuestring, NULL))
         nv_api_error_set(&err, 400, "invalid_request_error", NULL, "lora_name", "The LoRA adapter '%.200s' has already been loaded",
                          name->valuestring),
