@@ -1368,7 +1368,12 @@ int nv_ftjobs_events(nv_ftjobs *j, const char *id, int limit, const char *after,
     pthread_mutex_unlock(&j->mu);
     if (!known) return not_found(id, e);
     path_of(j, id, ".run/events.jsonl", path, sizeof path);
-    cJSON *all = cJSON_CreateArray(); /* in the order written */
+    /* newest first: the last limit + 1 events before the cursor (all of them without one) kept as the
+       file is read, so a long run's events cost a page's memory, not the file's */
+    const int ring_cap = limit + 1;
+    cJSON **ring = calloc((size_t)ring_cap, sizeof *ring);
+    if (!ring) return nv_api_oom(e);
+    int head = 0, count = 0, found = !after;
     FILE *f = fopen(path, "r");
     char *line = NULL;
     size_t cap = 0;
@@ -1376,22 +1381,32 @@ int nv_ftjobs_events(nv_ftjobs *j, const char *id, int limit, const char *after,
     while (f && (n = getline(&line, &cap, f)) > 0) {
         if (line[n - 1] != '\n') break; /* torn */
         cJSON *ev = cJSON_Parse(line);
-        if (cJSON_IsObject(ev)) cJSON_AddItemToArray(all, ev);
-        else cJSON_Delete(ev);
+        if (!cJSON_IsObject(ev)) {
+            cJSON_Delete(ev);
+            continue;
+        }
+        if (after && !strcmp(nv_rec_str(ev, "id"), after)) {
+            found = 1;
+            cJSON_Delete(ev);
+            break;
+        }
+        if (count == ring_cap) cJSON_Delete(ring[head]), head = (head + 1) % ring_cap, count--;
+        ring[(head + count++) % ring_cap] = ev;
     }
     free(line);
     if (f) fclose(f);
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "object", "list");
     cJSON *data = cJSON_AddArrayToObject(o, "data");
-    int i = cJSON_GetArraySize(all) - 1;
-    if (after) {
-        while (i >= 0 && strcmp(nv_rec_str(cJSON_GetArrayItem(all, i), "id"), after) != 0) i--;
-        i--; /* past the cursor; an unknown one: none */
+    const int shown_n = !found ? 0 : count < limit ? count : limit; /* an unknown cursor: none */
+    for (int k = 0; k < shown_n; k++) { /* from the newest */
+        const int at = (head + count - 1 - k) % ring_cap;
+        cJSON_AddItemToArray(data, ring[at]);
+        ring[at] = NULL;
     }
-    for (int kept = 0; i >= 0 && kept < limit; i--, kept++) cJSON_AddItemToArray(data, cJSON_Duplicate(cJSON_GetArrayItem(all, i), 1));
-    cJSON_AddBoolToObject(o, "has_more", i >= 0);
-    cJSON_Delete(all);
+    cJSON_AddBoolToObject(o, "has_more", found && count > limit);
+    for (int k = 0; k < ring_cap; k++) cJSON_Delete(ring[k]);
+    free(ring);
     return answer(o, out, e);
 }
 
