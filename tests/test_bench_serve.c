@@ -70,16 +70,19 @@ static void test_bench_serve_quick(void) {
     rc = t_nerve("bench serve --quick --clients 2 --requests 1");
     T_CHECK(rc == 0 && strstr(t_out, "clients=2") && strstr(t_out, "itl_ms_p50="), "table: %s %s", t_out, t_err);
     T_CHECK(t_nerve("bench serve --clients 0") == 2, "a bad --clients accepted");
-    /* with adapters: each clients value twice, the base model's row then the adapters' against it */
+    /* with adapters: each clients value three times, the base model's row, then the adapters' named as
+       models and mixed two at a time by lora lists, each against the base's */
     rc = t_nerve("bench serve --quick --json --clients 2 --requests 1 --lora-rank 4 --adapters 2");
     n = parse_rows(t_out, rows, 16);
-    T_CHECK(rc == 0 && n == 2, "exit %d, %d rows: %s %s", rc, n, t_out, t_err);
-    if (n == 2) {
-        T_CHECK(!strcmp(str(rows[0], "model"), "stories260K") && strstr(str(rows[1], "model"), "2 LoRA adapters of rank 4"), "%s",
-                str(rows[1], "model"));
-        T_CHECK(!cJSON_GetObjectItem(rows[1], "ok") && num(rows[1], "decode_tokens_per_s") > 0 && num(rows[1], "ratio_vs") > 0 &&
-                    strstr(str(rows[1], "ratio_of"), "base model"),
-                "the adapters' row: %s", t_out);
+    T_CHECK(rc == 0 && n == 3, "exit %d, %d rows: %s %s", rc, n, t_out, t_err);
+    if (n == 3) {
+        T_CHECK(!strcmp(str(rows[0], "model"), "stories260K") && strstr(str(rows[1], "model"), "2 LoRA adapters of rank 4") &&
+                    strstr(str(rows[2], "model"), "two at 0.5 each per request (lora lists)"),
+                "%s / %s", str(rows[1], "model"), str(rows[2], "model"));
+        for (int k = 1; k < 3; k++)
+            T_CHECK(!cJSON_GetObjectItem(rows[k], "ok") && num(rows[k], "decode_tokens_per_s") > 0 && num(rows[k], "ratio_vs") > 0 &&
+                        strstr(str(rows[k], "ratio_of"), "base model"),
+                    "the adapters' row %d: %s", k, t_out);
     }
     for (int i = 0; i < n; i++) cJSON_Delete(rows[i]);
     T_CHECK(t_nerve("bench serve --adapters 0") == 2, "a bad --adapters accepted");
