@@ -819,9 +819,10 @@ static void process(nv_ftjobs *j, const char *id) {
     pthread_mutex_lock(&j->mu);
     x = get(j, id);
     /* a cancel or pause the API answered between the two locks (the job still training then) stands,
-       but for a job whose model is already served: that one succeeded */
+       but for a job whose model is already served (that one succeeded) and, for a pause, one that
+       failed (its data and checkpoint are gone: it could not go on) */
     const int late = status_of(x->o), late_cancel = late != now && late == J_CANCELLED && outcome != J_SUCCEEDED;
-    if (late != now && (late == J_CANCELLED || late == J_PAUSED) && outcome != J_SUCCEEDED) outcome = -1, retry = 0;
+    if (late != now && (late_cancel || (late == J_PAUSED && outcome != J_SUCCEEDED && outcome != J_FAILED))) outcome = -1, retry = 0;
     if (outcome == J_SUCCEEDED) {
         cJSON *files = cJSON_CreateArray();
         if (file_id[0]) cJSON_AddItemToArray(files, cJSON_CreateString(file_id));

@@ -205,9 +205,12 @@ void nv_uploads_reap(nv_uploads *u) {
     pthread_mutex_unlock(&u->mu);
 }
 
+static void room_for_part(const nv_rec *x, uint64_t bytes, nv_api_error *e);
+
 int nv_uploads_check(nv_uploads *u, const char *id, nv_api_error *e) {
     pthread_mutex_lock(&u->mu);
-    pending(u, id, e);
+    const nv_rec *x = pending(u, id, e);
+    if (x) room_for_part(x, 0, e); /* a full upload's part is refused before its body is read */
     pthread_mutex_unlock(&u->mu);
     return e->status;
 }
