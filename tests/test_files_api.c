@@ -1472,19 +1472,25 @@ static void test_fine_tuning(void) {
     snprintf(rec, sizeof rec, "%s/%s.json", dir, id2);
     nv_file_read_all(rec, &saved, NULL);
     T_CHECK(saved && (strstr(saved, "\"running\"") || strstr(saved, "\"validating_files\"")), "left training: %.300s", saved ? saved : "-");
-    /* a trainer still there at the next start (a stand-in: a stopped process whose command line names
-       the job's folder, its pid in the record) is continued and stopped by it before the job goes on */
+    /* a trainer still there at the next start (a stand-in: a stopped process whose command line is
+       `X train ...` naming the job's folder, its pid and start time in the record) is continued and
+       stopped by it before the job goes on */
     char mark[80];
     snprintf(mark, sizeof mark, "%s.run/x", id2);
+    char standin_dir[700];
+    snprintf(standin_dir, sizeof standin_dir, "%s", t_path("standin"));
+    mkdir(standin_dir, 0700);
+    t_write("standin/train", "while :; do sleep 1; done\n", 26);
     const pid_t standin = fork();
     if (standin == 0) {
-        execl("/bin/sh", "sh", "-c", "while :; do sleep 1; done", "sh", mark, (char *)NULL);
+        if (chdir(standin_dir) == 0) execl("/bin/sh", "sh", "train", mark, (char *)NULL); /* argv[1]: train */
         _exit(127);
     }
     for (double t0 = now_s(); nv_proc_state(standin) != 'S' && now_s() - t0 < 5;) sleep_ms(10);
     kill(standin, SIGSTOP);
     cJSON *edited = cJSON_Parse(saved ? saved : "");
     cJSON_ReplaceItemInObjectCaseSensitive(edited, "nerve_pid", cJSON_CreateNumber(standin));
+    cJSON_ReplaceItemInObjectCaseSensitive(edited, "nerve_pid_start", cJSON_CreateNumber((double)nv_proc_start_time(standin)));
     char *text_rec = cJSON_PrintUnformatted(edited);
     FILE *recf = fopen(rec, "w");
     if (recf && text_rec) fputs(text_rec, recf);

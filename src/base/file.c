@@ -144,14 +144,33 @@ void nv_remove_in_dir(const char *dir, const char *const *names, size_t n) {
     rmdir(dir);
 }
 
-char nv_proc_state(int pid) {
-    char path[64], st[512] = "";
+/* /proc/pid/stat's fields after the command's name (")" then a space), into st; NULL when none. */
+static const char *proc_stat_rest(int pid, char *st, size_t cap) {
+    char path[64];
+    st[0] = 0;
     snprintf(path, sizeof path, "/proc/%d/stat", pid);
     FILE *f = fopen(path, "r"); /* (a /proc file says it is empty: read, not mapped) */
-    if (f && !fgets(st, sizeof st, f)) st[0] = 0;
+    if (f && !fgets(st, (int)cap, f)) st[0] = 0;
     if (f) fclose(f);
     const char *paren = strrchr(st, ')');
-    return paren && paren[1] ? paren[2] : 0;
+    return paren && paren[1] == ' ' ? paren + 2 : NULL;
+}
+
+char nv_proc_state(int pid) {
+    char st[512];
+    const char *rest = proc_stat_rest(pid, st, sizeof st);
+    return rest ? rest[0] : 0;
+}
+
+unsigned long long nv_proc_start_time(int pid) {
+    char st[1024];
+    const char *rest = proc_stat_rest(pid, st, sizeof st);
+    /* field 22, starttime: the 20th after the name (state is the 3rd field) */
+    for (int field = 3; rest && field < 22; field++) {
+        rest = strchr(rest, ' ');
+        if (rest) rest++;
+    }
+    return rest ? strtoull(rest, NULL, 10) : 0;
 }
 
 int nv_file_is_dir(const char *p) {

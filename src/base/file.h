@@ -72,6 +72,9 @@ int nv_file_is_dir(const char *path);
 /* Process pid's state letter as /proc/PID/stat gives it (R, S, T, Z, ...), 0 when there is no such
    process. */
 char nv_proc_state(int pid);
+/* When process pid started (/proc/pid/stat's starttime, clock ticks since boot; 0 when unknown): with
+   its pid, what tells a process from a later one given the same pid. */
+unsigned long long nv_proc_start_time(int pid);
 /* A path's last component without its extension, into out ("runs/demo/" -> "demo", "m/x.gguf" ->
  * "x"): the server's model id, a GGUF's general.name (export, and a training run's model.gguf). */
 void nv_path_name(const char *path, char *out, size_t cap);

@@ -13,6 +13,7 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -156,6 +157,12 @@ static int alive(pid_t pid) {
     return st && st != 'Z';
 }
 
+/* A signal to the process pidfd holds (its pid when the kernel has no pidfds: -1). */
+static void signal_trainer(int pidfd, pid_t pid, int sig) {
+    if (pidfd >= 0) syscall(SYS_pidfd_send_signal, pidfd, sig, NULL, 0);
+    else kill(pid, sig);
+}
+
 /* A trainer of job x that a server killed outright left behind (its pid in the record, its command
    line naming the job's folder, ID.run/): continued, told to stop (it saves its checkpoint), waited for; the
    pid taken out of the record. */
@@ -169,23 +176,33 @@ static void stop_orphan(nv_ftjobs *j, job *x) {
         return;
     }
     const pid_t pid = (pid_t)pid_n;
+    /* the process is the trainer only when it started when that one did (a pid is reused), runs
+       `nerve train` (argv[1]: not a `tail -f` of its log) and names the job's folder */
+    const double start = nv_rec_num(x->o, "nerve_pid_start");
     char path[64], mark[64], cmd[16384];
     size_t n = 0;
     snprintf(path, sizeof path, "/proc/%d/cmdline", (int)pid);
     snprintf(mark, sizeof mark, "%s.run/", x->id); /* (however the folder was spelled: the job's own name) */
+    /* a handle on this very process first: signals through it never reach a later one of its pid */
+    const int pfd = (int)syscall(SYS_pidfd_open, pid, 0);
     const int fd = open(path, O_RDONLY | O_CLOEXEC); /* (a /proc file says it is empty: read until it ends) */
     for (ssize_t got; fd >= 0 && n < sizeof cmd && (got = read(fd, cmd + n, sizeof cmd - n)) > 0;) n += (size_t)got;
     if (fd >= 0) close(fd);
-    if (memmem(cmd, n, mark, strlen(mark))) {
+    const char *arg1 = memchr(cmd, 0, n);
+    const int trainer = arg1 && arg1 + 7 <= cmd + n && !memcmp(arg1 + 1, "train", 6) && memmem(cmd, n, mark, strlen(mark)) &&
+                        (start <= 0 || (double)nv_proc_start_time((int)pid) == start);
+    if (trainer) {
         nv_warn("serve: fine-tuning job %s: its trainer (pid %d) outlived the last server: stopping it", x->id, (int)pid);
-        kill(pid, SIGCONT); /* (held when that server died) */
-        kill(pid, SIGTERM);
+        signal_trainer(pfd, pid, SIGCONT); /* (held when that server died) */
+        signal_trainer(pfd, pid, SIGTERM);
         const double t0 = nv_now();
         while (alive(pid) && nv_now() - t0 < STOP_WAIT_S) usleep(20000);
-        if (alive(pid)) kill(pid, SIGKILL);
+        if (alive(pid)) signal_trainer(pfd, pid, SIGKILL);
         while (alive(pid) && nv_now() - t0 < STOP_WAIT_S + 5) usleep(20000);
     }
+    if (pfd >= 0) close(pfd);
     cJSON_DeleteItemFromObjectCaseSensitive(x->o, "nerve_pid");
+    cJSON_DeleteItemFromObjectCaseSensitive(x->o, "nerve_pid_start");
     save(j, x);
 }
 
@@ -734,6 +751,7 @@ static void process(nv_ftjobs *j, const char *id) {
         pthread_mutex_lock(&j->mu);
         x = get(j, id);
         nv_rec_put(x->o, "nerve_pid", cJSON_CreateNumber((double)pid));
+        nv_rec_put(x->o, "nerve_pid_start", cJSON_CreateNumber((double)nv_proc_start_time((int)pid))); /* (the pid may be reused) */
         save(j, x);
         pthread_mutex_unlock(&j->mu);
     }
@@ -859,6 +877,7 @@ static void process(nv_ftjobs *j, const char *id) {
     }
     cJSON_Delete(ckpts);
     cJSON_DeleteItemFromObjectCaseSensitive(x->o, "nerve_pid");
+    cJSON_DeleteItemFromObjectCaseSensitive(x->o, "nerve_pid_start");
     if (outcome >= 0) set_status(j, x, outcome);
     else save(j, x);
     j->running[0] = 0; /* (a cancel or pause from here on finds the job no longer training) */
