@@ -824,16 +824,21 @@ static void process(nv_ftjobs *j, const char *id) {
     pthread_mutex_unlock(&j->mu);
     char file_id[NV_FILE_ID_LEN + 1] = "";
     cJSON *ckpts = NULL;
+    int load_failed = 0;
     if (outcome == J_SUCCEEDED) { /* the adapters load outside the lock (requests go on meanwhile) */
         if (serve_model(j, id, 0, name) != NV_OK) {
-            snprintf(errmsg, sizeof errmsg, "its adapters do not load: %s", nv_errmsg());
+            /* the training is not thrown away: its run folder stays, the adapters in it */
+            snprintf(errmsg, sizeof errmsg, "its adapters do not load: %.600s (they are kept: %.40s.run/run/adapter.gguf in the files' folder)",
+                     nv_errmsg(), id);
             outcome = J_FAILED;
+            load_failed = 1;
         } else {
             result_file(j, id, metrics, file_id);
             ckpts = serve_checkpoints(j, id, name, run);
         }
     }
-    if (outcome == J_SUCCEEDED || outcome == J_FAILED || now == J_CANCELLED) drop_run_leftovers(j, id, jobdir, outcome == J_SUCCEEDED);
+    if (outcome == J_SUCCEEDED || (outcome == J_FAILED && !load_failed) || now == J_CANCELLED)
+        drop_run_leftovers(j, id, jobdir, outcome == J_SUCCEEDED);
     pthread_mutex_lock(&j->mu);
     x = get(j, id);
     /* a cancel or pause the API answered between the two locks (the job still training then) stands,
