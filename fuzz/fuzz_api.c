@@ -321,7 +321,7 @@ static void check_think(const char *data, size_t size) {
 }
 
 /* The body as llama.cpp's /completion and /infill (the fuzzing vocabulary has no fill-in-the-middle
- * tokens: /infill's refusal past its own fields' checks). */
+ * tokens: /infill's refusal past its own fields' checks), and as its /embedding's. */
 static void check_llamacpp(nv_api_ctx *ctx, const char *data, size_t size) {
     for (int infill = 0; infill < 2; infill++) {
         nv_api_request r;

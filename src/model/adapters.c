@@ -127,25 +127,25 @@ nv_err nv_adapter_mix_check(const nv_adapter_mix *m) {
     return NV_OK;
 }
 
+/* m's entries from `from` to its end moved to start at `to` (one place either way). */
+static void mix_shift(nv_adapter_mix *m, int from, int to) {
+    const size_t n = (size_t)(m->n - from);
+    memmove(&m->k[to], &m->k[from], n * sizeof m->k[0]);
+    memmove(&m->factor[to], &m->factor[from], n * sizeof m->factor[0]);
+    memmove(&m->gen[to], &m->gen[from], n * sizeof m->gen[0]);
+}
+
 nv_err nv_adapter_mix_set(nv_adapter_mix *m, int k, unsigned gen, float f) {
     int at = 0;
     while (at < m->n && m->k[at] < k) at++;
     const int held = at < m->n && m->k[at] == k;
     if (f == 0.0f) { /* out */
-        if (held) {
-            memmove(&m->k[at], &m->k[at + 1], (size_t)(m->n - at - 1) * sizeof m->k[0]);
-            memmove(&m->factor[at], &m->factor[at + 1], (size_t)(m->n - at - 1) * sizeof m->factor[0]);
-            memmove(&m->gen[at], &m->gen[at + 1], (size_t)(m->n - at - 1) * sizeof m->gen[0]);
-            m->n--;
-        }
+        if (held) mix_shift(m, at + 1, at), m->n--;
         return NV_OK;
     }
     if (!held) {
         if (m->n == NV_MIX_ADAPTERS) return nv_fail(NV_ERANGE, "at most %d LoRA adapters at once", NV_MIX_ADAPTERS);
-        memmove(&m->k[at + 1], &m->k[at], (size_t)(m->n - at) * sizeof m->k[0]);
-        memmove(&m->factor[at + 1], &m->factor[at], (size_t)(m->n - at) * sizeof m->factor[0]);
-        memmove(&m->gen[at + 1], &m->gen[at], (size_t)(m->n - at) * sizeof m->gen[0]);
-        m->n++;
+        mix_shift(m, at, at + 1), m->n++;
     }
     m->k[at] = k;
     m->gen[at] = gen;
@@ -191,7 +191,7 @@ void nv_adapters_applied(nv_adapters *set, nv_adapter_mix *out) {
     if (!set) return;
     pthread_mutex_lock(&set->mu);
     for (int i = 0; i < NV_MAX_ADAPTERS; i++)
-        if (set->v[i].state == NV_ADAPTER_LIVE && set->v[i].applied != 0.0f && out->n < NV_MIX_ADAPTERS)
+        if (set->v[i].state == NV_ADAPTER_LIVE && set->v[i].applied != 0.0f) /* (at most NV_MIX_ADAPTERS: nv_adapters_apply's) */
             nv_adapter_mix_set(out, i + 1, set->v[i].gen, set->v[i].applied);
     pthread_mutex_unlock(&set->mu);
 }

@@ -116,11 +116,10 @@ int nv_adapters_pin_mix(nv_adapters *set, const nv_adapter_mix *m);
 void nv_adapters_unpin_mix(nv_adapters *set, const nv_adapter_mix *m);
 /* The prefix cache's root of m's sequences (0 for the base model); m's adapters pinned. */
 uint64_t nv_adapters_mix_root(const nv_adapters *set, const nv_adapter_mix *m);
-/* The live adapters with a non-zero `applied` factor as a mix (requests that choose none run with it),
- * and the setting of those factors: each adapter of m gets its factor, every other live one 0. */
+/* The live adapters with a non-zero `applied` factor as a mix (requests that choose none run with it). */
 void nv_adapters_applied(nv_adapters *set, nv_adapter_mix *out);
-/* Sets the applied factors from m (every adapter of m still live at its generation, else nothing
- * changes: 0). */
+/* Sets the applied factors from m: each adapter of m gets its factor, every other one 0; all or
+ * nothing (every adapter of m still live at its generation, else nothing changes: 0). */
 int nv_adapters_apply(nv_adapters *set, const nv_adapter_mix *m);
 /* fn(arg, k, adapter k) for each live adapter, in slot order, under the set's lock (fn must not call
  * into the set). */

@@ -46,7 +46,6 @@ struct nv_batches {
     nv_batch_runner *run; /* the batch running now, and its id (under mu) */
     char running[ID_LEN + 1];
     atomic_int run_completed, run_failed; /* its counts as they come */
-    unsigned long cancels; /* cancels taken so far (under mu): one during a run keeps its batch from being held */
 };
 
 /* ---- the records ------------------------------------------------------------------------------------ */
@@ -310,6 +309,7 @@ static int merge_partials(const char *dir, const char *id) {
     path_of(dir, id, ".errors.partial", err_path, sizeof err_path);
     path_of(dir, id, ".results.partial", res_path, sizeof res_path);
     if (!nv_file_exists(res_path)) {
+        if (!nv_file_exists(out_path) && !nv_file_exists(err_path)) return 0; /* made a file already (finalize finds it by name) */
         char *text[2] = {NULL, NULL};
         size_t len[2] = {0, 0};
         const char *from[2] = {out_path, err_path};
@@ -547,13 +547,14 @@ static void *runner_main(void *arg) {
         }
         char id[sizeof b->r.v->id];
         snprintf(id, sizeof id, "%s", b->r.v[i].id);
-        const unsigned long cancels = b->cancels;
+        const int before = status_of(b->r.v[i].o);
         pthread_mutex_unlock(&b->mu);
         process(b, id);
         pthread_mutex_lock(&b->mu);
         const batch *x = get(b, id);
         /* it made no way: held until the next start (unless a cancel came meanwhile: that one runs next) */
-        if (x && !atomic_load(&b->stopping) && !ended(status_of(x->o)) && b->cancels == cancels) b->r.v[x - b->r.v].held = 1;
+        const int st = x ? status_of(x->o) : -1, cancelled_meanwhile = st == B_CANCELLING && before != B_CANCELLING;
+        if (x && !atomic_load(&b->stopping) && !ended(st) && !cancelled_meanwhile) b->r.v[x - b->r.v].held = 1;
     }
     pthread_mutex_unlock(&b->mu);
     return NULL;
@@ -858,7 +859,6 @@ int nv_batches_cancel(nv_batches *b, int anthropic, const char *id, const char *
     if (st == B_VALIDATING || st == B_IN_PROGRESS) {
         set_status(x->o, B_CANCELLING);
         x->held = 0; /* a batch waiting for the next start is cancelled now */
-        b->cancels++;
         save(b, x);
         if (b->run && !strcmp(b->running, id)) nv_batch_run_stop(b->run, 1); /* those running finish */
         pthread_cond_broadcast(&b->cv);

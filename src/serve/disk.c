@@ -158,6 +158,9 @@ static int header_ok(const nv_disk *d, const disk_header *h, const int32_t *toke
     return h->hash == nv_prefix_chain(o->model_id, h->parent, (const int *)tokens, o->block_size);
 }
 
+/* A block file opened to read: not following a link, not waiting on a FIFO put under its name. */
+static int open_block(const char *path) { return open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK); }
+
 static int read_full(int fd, void *buf, size_t n, off_t off) {
     uint8_t *p = buf;
     while (n) {
@@ -344,7 +347,7 @@ static int scan(nv_disk *d) {
         struct stat sb;
         memset(&h, 0, sizeof h);
         memset(&sb, 0, sizeof sb);
-        int fd = ok ? open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK) : -1; /* (a FIFO must not block the start) */
+        int fd = ok ? open_block(path) : -1;
         if (ok && fd < 0 && (errno == EMFILE || errno == ENFILE || errno == ENOMEM || errno == EINTR)) continue; /* not the file's fault */
         ok = fd >= 0 && read_header(d, fd, &h, tokens) && h.hash == hash && fstat(fd, &sb) == 0;
         if (fd >= 0) close(fd);
@@ -450,14 +453,14 @@ void nv_disk_close(nv_disk *d) {
         pthread_join(d->thread, NULL);
         d->started = 0;
     }
-    /* the files used from RAM get their use into their mtimes, oldest use first, so the order
-       survives a restart (best effort: the tier may be read-only) */
+    /* the files used from RAM get the time of that use as their mtimes, so the order survives a
+       restart (best effort: the tier may be read-only) */
     pthread_mutex_lock(&d->mu);
     for (int32_t i = d->lru_head; i >= 0; i = d->e[i].next) {
         if (!d->e[i].touched) continue;
         char path[4200];
         block_path(d, d->e[i].hash, path, sizeof path);
-        const struct timespec ts[2] = {{0, UTIME_OMIT}, {0, UTIME_NOW}};
+        const struct timespec ts[2] = {{0, UTIME_OMIT}, {(time_t)(d->e[i].stamp / 1000000000LL), (long)(d->e[i].stamp % 1000000000LL)}};
         utimensat(AT_FDCWD, path, ts, AT_SYMLINK_NOFOLLOW);
         d->e[i].touched = 0;
     }
@@ -492,9 +495,12 @@ void nv_disk_touch(nv_disk *d, uint64_t hash) {
     pthread_mutex_lock(&d->mu);
     int32_t i = nv_map64_get(&d->map, hash);
     if (i >= 0 && d->e[i].state == E_READY) {
+        struct timespec now;
+        clock_gettime(CLOCK_REALTIME, &now);
         lru_unlink(d, i);
         lru_push(d, i);
         d->e[i].touched = 1;
+        d->e[i].stamp = (int64_t)now.tv_sec * 1000000000LL + now.tv_nsec; /* (written at close as it was: the order kept) */
     }
     pthread_mutex_unlock(&d->mu);
 }
@@ -560,7 +566,7 @@ static void reject(nv_disk *d, uint64_t hash, const char *path) {
 void nv_disk_prefetch(nv_disk *d, uint64_t hash) {
     char path[4200];
     block_path(d, hash, path, sizeof path);
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    int fd = open_block(path);
     if (fd < 0) return;
     struct stat sb;
     if (fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode)) posix_fadvise(fd, 0, 0, POSIX_FADV_WILLNEED);
@@ -571,11 +577,12 @@ int nv_disk_load(nv_disk *d, uint64_t hash, uint64_t parent, const int *tokens, 
     if (!nv_disk_has(d, hash)) return 0;
     char path[4200];
     block_path(d, hash, path, sizeof path);
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK); /* (a FIFO in its place must not block) */
-    if (fd < 0) { /* evicted meanwhile, or removed behind our back */
+    int fd = open_block(path);
+    if (fd < 0) { /* evicted meanwhile, or removed behind our back (short of descriptors: kept) */
+        const int transient = errno == EMFILE || errno == ENFILE || errno == ENOMEM || errno == EINTR;
         pthread_mutex_lock(&d->mu);
         int32_t i = nv_map64_get(&d->map, hash);
-        if (i >= 0 && d->e[i].state == E_READY) entry_drop(d, i);
+        if (!transient && i >= 0 && d->e[i].state == E_READY) entry_drop(d, i);
         d->st.load_failures++;
         pthread_mutex_unlock(&d->mu);
         return 0;
@@ -602,11 +609,15 @@ int nv_disk_load(nv_disk *d, uint64_t hash, uint64_t parent, const int *tokens, 
     struct timespec ts[2] = {{0, UTIME_OMIT}, {0, UTIME_NOW}};
     futimens(fd, ts); /* the LRU order, for the next start (best effort: the tier may be read-only) */
     close(fd);
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
     pthread_mutex_lock(&d->mu);
     int32_t i = nv_map64_get(&d->map, hash);
     if (i >= 0 && d->e[i].state == E_READY) {
         lru_unlink(d, i);
         lru_push(d, i);
+        d->e[i].stamp = (int64_t)now.tv_sec * 1000000000LL + now.tv_nsec;
+        d->e[i].touched = 0; /* (its mtime says this use already) */
     }
     d->st.loads++;
     pthread_mutex_unlock(&d->mu);

@@ -240,6 +240,7 @@ static int load_one(nv_files *f, const char *name, nv_file_info *out) {
 nv_err nv_files_open(nv_files **out, const char *dir, uint64_t max_bytes) {
     *out = NULL;
     NV_TRY(nv_mkdirs_private(dir)); /* users' files: theirs alone */
+    chmod(dir, 0700);                /* (made by an earlier version with 0755) */
     nv_files *f = calloc(1, sizeof *f);
     if (!f) return nv_fail(NV_ENOMEM, "out of memory");
     f->lock_fd = -1;
@@ -327,7 +328,7 @@ nv_err nv_files_upload_begin(nv_files *f, nv_file_upload **out) {
     nv_api_new_id(name, sizeof name, ".upload-");
     path_of(f, name, "", u->tmp, sizeof u->tmp);
     u->f = f;
-    u->fd = open(u->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    u->fd = open(u->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (u->fd < 0) {
         const int en = errno;
         free(u);

@@ -3,10 +3,13 @@
  *
  * Contract:
  * - A file is DIR/ID (its bytes) and DIR/ID.json (its File object and the order it came in); ids are
- *   "file-" and 24 hex digits. Both are written whole before the file is listed (a temporary
- *   DIR/.upload-* fsynced and renamed; the object atomically), so a crash leaves a file whole or
- *   absent; nv_files_open lists what the folder holds, drops what an interrupted upload left, and
- *   skips (with a warning) an object that is not one of ours or whose bytes are missing.
+ *   "file-" and 24 hex digits. Both are written whole before the file is listed: the object first
+ *   (atomically), then the bytes (a temporary DIR/.upload-* fsynced) renamed in; a file is removed
+ *   object first, then bytes. So a crash leaves a file whole or a half no one lists: nv_files_open
+ *   lists what the folder holds and removes those halves (an object without its bytes, bytes
+ *   without an object, an object's unfinished temporary copy) and what an interrupted upload left;
+ *   it skips (with a warning) an object that is not one of ours or whose bytes are of another size.
+ * - The folder is its owner's alone (0700); names are kept as valid UTF-8.
  * - max_bytes bounds the bytes of every file and upload under way together: a write past it fails.
  * - A file past its expires_at is removed the next time the store is read (as absent already).
  * - Every function is safe from any thread. An id from a request is checked before it names a path. */

@@ -157,6 +157,12 @@ static int alive(pid_t pid) {
     return st && st != 'Z';
 }
 
+/* The record forgets its trainer's process. */
+static void forget_pid(job *x) {
+    cJSON_DeleteItemFromObjectCaseSensitive(x->o, "nerve_pid");
+    cJSON_DeleteItemFromObjectCaseSensitive(x->o, "nerve_pid_start");
+}
+
 /* A signal to the process pidfd holds (its pid when the kernel has no pidfds: -1). */
 static void signal_trainer(int pidfd, pid_t pid, int sig) {
     if (pidfd >= 0) syscall(SYS_pidfd_send_signal, pidfd, sig, NULL, 0);
@@ -171,7 +177,7 @@ static void stop_orphan(nv_ftjobs *j, job *x) {
     if (!pid_item) return;
     const double pid_n = cJSON_IsNumber(pid_item) ? pid_item->valuedouble : 0;
     if (!(pid_n > 1 && pid_n < 4194304.0)) {
-        cJSON_DeleteItemFromObjectCaseSensitive(x->o, "nerve_pid");
+        forget_pid(x);
         save(j, x);
         return;
     }
@@ -201,8 +207,7 @@ static void stop_orphan(nv_ftjobs *j, job *x) {
         while (alive(pid) && nv_now() - t0 < STOP_WAIT_S + 5) usleep(20000);
     }
     if (pfd >= 0) close(pfd);
-    cJSON_DeleteItemFromObjectCaseSensitive(x->o, "nerve_pid");
-    cJSON_DeleteItemFromObjectCaseSensitive(x->o, "nerve_pid_start");
+    forget_pid(x);
     save(j, x);
 }
 
@@ -308,7 +313,9 @@ nv_err nv_ftjobs_open(nv_ftjobs **out, nv_files *files, const nv_ftjobs_opts *o)
         } else if (st == J_SUCCEEDED) {
             serve_job_models(j, x);
         }
-        if (ended(status_of(x->o))) { /* what an ended job no longer needs (a server stopped before it cleared them) */
+        if (ended(status_of(x->o)) && !cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(x->o, "nerve_keep_run"))) {
+            /* what an ended job no longer needs (a server stopped before it cleared them; a job whose
+               adapters did not load keeps its run) */
             char jobdir[4200];
             path_of(j, x->id, ".run", jobdir, sizeof jobdir);
             drop_run_leftovers(j, x->id, jobdir, status_of(x->o) == J_SUCCEEDED);
@@ -645,7 +652,9 @@ static pid_t start_trainer(char **argv, int logfd, int nullfd, int nice) {
     env[kept] = NULL;
     const pid_t pid = fork();
     if (pid != 0) {
+        const int fork_errno = errno;
         free(env);
+        errno = fork_errno; /* (the caller reports a failed fork's) */
         return pid;
     }
     /* the child: only calls safe after fork until exec */
@@ -844,8 +853,9 @@ static void process(nv_ftjobs *j, const char *id) {
     /* a cancel or pause the API answered between the two locks (the job still training then) stands,
        but for a job whose model is already served (that one succeeded) and, for a pause, one that
        failed (its data and checkpoint are gone: it could not go on) */
-    const int late = status_of(x->o), late_cancel = late != now && late == J_CANCELLED && outcome != J_SUCCEEDED;
-    if (late != now && (late_cancel || (late == J_PAUSED && outcome != J_SUCCEEDED && outcome != J_FAILED))) outcome = -1, retry = 0;
+    const int late = status_of(x->o), late_cancel = late != now && late == J_CANCELLED && outcome != J_SUCCEEDED,
+              late_pause = late != now && late == J_PAUSED && outcome != J_SUCCEEDED && outcome != J_FAILED;
+    if (late_cancel || late_pause) outcome = -1, retry = 0;
     if (outcome == J_SUCCEEDED) {
         cJSON *files = cJSON_CreateArray();
         if (file_id[0]) cJSON_AddItemToArray(files, cJSON_CreateString(file_id));
@@ -881,8 +891,8 @@ static void process(nv_ftjobs *j, const char *id) {
         nv_warn("serve: fine-tuning job %s: its trainer was killed at step %ld: starting it again", id, m.last);
     }
     cJSON_Delete(ckpts);
-    cJSON_DeleteItemFromObjectCaseSensitive(x->o, "nerve_pid");
-    cJSON_DeleteItemFromObjectCaseSensitive(x->o, "nerve_pid_start");
+    forget_pid(x);
+    if (load_failed) nv_rec_put(x->o, "nerve_keep_run", cJSON_CreateTrue()); /* (its adapters are there) */
     if (outcome >= 0) set_status(j, x, outcome);
     else save(j, x);
     j->running[0] = 0; /* (a cancel or pause from here on finds the job no longer training) */
@@ -1019,11 +1029,16 @@ static int data_file(nv_ftjobs *j, const char *id, const char *param, int *kind,
                 in_first = 0;
                 continue;
             }
-            if (in_first && first.len >= FIRST_LINE_MAX)
-                rc = bad(e, "invalid_training_file", param, "The file %s, line %ld: an example longer than %d MiB", id, no,
-                         FIRST_LINE_MAX >> 20);
-            else if (in_first)
-                nv_buf_append(&first, &c, 1);
+            if (in_first) { /* the rest of the line in this block, at once */
+                const char *nl = memchr(block + k, '\n', got - k);
+                const size_t run = nl ? (size_t)(nl - (block + k)) : got - k;
+                if (first.len + run > FIRST_LINE_MAX)
+                    rc = bad(e, "invalid_training_file", param, "The file %s, line %ld: an example longer than %d MiB", id, no,
+                             FIRST_LINE_MAX >> 20);
+                else
+                    nv_buf_append(&first, block + k, run);
+                k += run - 1; /* (the loop's k++ then reaches the newline, or the block's end) */
+            }
         }
     }
     if (!rc && lines) { /* the first example says which kind the file is (the trainer checks every line) */
@@ -1261,11 +1276,12 @@ int nv_ftjobs_create(nv_ftjobs *j, const char *body, size_t len, char **out, nv_
     char from[4200];
     nv_err err = mkdir(jobdir, 0755) == 0 ? NV_OK : nv_fail(NV_EIO, "cannot make %s: %s", jobdir, strerror(errno));
     snprintf(from, sizeof from, "%.4000s/%s", nv_files_dir(j->files), nv_rec_str(o, "training_file"));
-    int data_gone = 0; /* a training or validation file deleted since it was checked: the client's doing */
-    if (err == NV_OK && (err = link_data(from, jobdir, "train.jsonl")) != NV_OK) data_gone = !nv_file_exists(from);
+    const char *data_gone = NULL; /* a training or validation file deleted since it was checked: the client's doing */
+    if (err == NV_OK && (err = link_data(from, jobdir, "train.jsonl")) != NV_OK && !nv_file_exists(from)) data_gone = "training_file";
     snprintf(from, sizeof from, "%.4000s/%s", nv_files_dir(j->files), nv_rec_str(o, "validation_file"));
-    if (err == NV_OK && nv_rec_str(o, "validation_file")[0] && (err = link_data(from, jobdir, "validation.jsonl")) != NV_OK)
-        data_gone = !nv_file_exists(from);
+    if (err == NV_OK && nv_rec_str(o, "validation_file")[0] && (err = link_data(from, jobdir, "validation.jsonl")) != NV_OK &&
+        !nv_file_exists(from))
+        data_gone = "validation_file";
     int parent_gone = 0;
     if (err == NV_OK && parent_adapter[0] && (err = link_data(parent_adapter, jobdir, "init-adapter.gguf")) != NV_OK)
         parent_gone = !nv_file_exists(parent_adapter); /* (deleted since it was looked up; else the error as any) */
@@ -1300,7 +1316,7 @@ int nv_ftjobs_create(nv_ftjobs *j, const char *body, size_t len, char **out, nv_
         snprintf(parent_name, sizeof parent_name, "%s", nv_rec_str(o, "model"));
         cJSON_Delete(o);
         if (parent_gone) return bad(e, "model_not_available", "model", "Model %.200s was deleted", parent_name);
-        if (data_gone) return bad(e, "invalid_request", "training_file", "A file of the job was deleted while it was created");
+        if (data_gone) return bad(e, "invalid_request", data_gone, "The job's %s was deleted while the job was created", data_gone);
         if (full)
             return bad(e, "invalid_request", NULL,
                        "The server serves %d models beside its base and the jobs yet to end will serve %d more (this one %d), of at "
@@ -1393,8 +1409,8 @@ int nv_ftjobs_events(nv_ftjobs *j, const char *id, int limit, const char *after,
     pthread_mutex_unlock(&j->mu);
     if (!known) return not_found(id, e);
     path_of(j, id, ".run/events.jsonl", path, sizeof path);
-    /* newest first: the last limit + 1 events before the cursor (all of them without one) kept as the
-       file is read, so a long run's events cost a page's memory, not the file's */
+    /* newest first: the last limit + 1 events before the cursor (or of the whole file, without one)
+       kept as the file is read, so a long run's events cost a page's memory, not the file's */
     const int ring_cap = limit + 1;
     cJSON **ring = calloc((size_t)ring_cap, sizeof *ring);
     if (!ring) return nv_api_oom(e);
@@ -1561,7 +1577,7 @@ int nv_ftjobs_reserves(nv_ftjobs *j, const char *name) {
     for (int i = 0; i < j->r.n && !yes; i++) {
         const cJSON *o = j->r.v[i].o;
         const int st = status_of(o);
-        if (st == J_FAILED || st == J_CANCELLED || (st == J_SUCCEEDED && deleted(o))) continue;
+        if (st == J_FAILED || st == J_CANCELLED) continue; /* (a deleted model's name stays its job's: its checkpoints may be served) */
         const char *own = nv_rec_str(o, "nerve_fine_tuned_model");
         const size_t n = strlen(own);
         yes = n && !strncmp(name, own, n) && (!name[n] || !strncmp(name + n, CKPT_SUFFIX, strlen(CKPT_SUFFIX)));

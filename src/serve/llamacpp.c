@@ -446,7 +446,7 @@ char *nv_lcpp_embed_response(const float *vecs, int n, int dim, int normalize) {
 
 char *nv_lcpp_slots(const nv_api_ctx *ctx, const nv_slot *run, int n, int max_batch, int speculative) {
     cJSON *list = cJSON_CreateArray();
-    for (int i = 0; list && i < (n > max_batch ? n : max_batch); i++) {
+    for (int i = 0; list && i < max_batch; i++) { /* (n is at most max_batch: nv_sched_slots' cap) */
         cJSON *o = cJSON_CreateObject();
         cJSON_AddNumberToObject(o, "id", i);
         cJSON_AddNumberToObject(o, "n_ctx", ctx->seq_len);
@@ -456,7 +456,7 @@ char *nv_lcpp_slots(const nv_api_ctx *ctx, const nv_slot *run, int n, int max_ba
             cJSON_AddNumberToObject(o, "id_task", -1);
         } else {
             const nv_slot *r = &run[i];
-            /* the prompt has run whole once the first token is out; before, its cached part */
+            /* once the first token is out the prompt has run whole (its uncached part processed); before, 0 */
             const int processed = r->generating ? r->n_prompt - r->n_cached : 0;
             cJSON_AddNumberToObject(o, "id_task", (double)r->task);
             cJSON_AddNumberToObject(o, "n_past", r->generating ? r->n_prompt + r->n_decoded : r->n_cached);

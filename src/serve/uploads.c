@@ -210,7 +210,7 @@ static void room_for_part(const nv_rec *x, uint64_t bytes, nv_api_error *e);
 int nv_uploads_check(nv_uploads *u, const char *id, nv_api_error *e) {
     pthread_mutex_lock(&u->mu);
     const nv_rec *x = pending(u, id, e);
-    if (x) room_for_part(x, 0, e); /* a full upload's part is refused before its body is read */
+    if (x) room_for_part(x, 1, e); /* a full upload's part (of at least a byte) is refused before its body is read */
     pthread_mutex_unlock(&u->mu);
     return e->status;
 }
@@ -345,7 +345,7 @@ int nv_uploads_add_part(nv_uploads *u, const char *id, nv_file_upload *part, uin
 
 /* The parts at paths, in order, into the new file at tmp, with their md5 (hex) into md5_hex; NV_EIO. */
 static nv_err join_parts(char (*paths)[4200], int n, const char *tmp, char md5_hex[2 * MD5_DIGEST_SIZE + 1]) {
-    const int out = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    const int out = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (out < 0) return nv_fail(NV_EIO, "cannot write %s: %s", tmp, strerror(errno));
     struct md5_ctx md5;
     md5_init(&md5);
