@@ -1515,6 +1515,7 @@ static void test_fine_tuning(void) {
     j = wait_job(s.port, id2, "succeeded failed cancelled", 120);
     T_CHECK(!strcmp(str_of(j, "status"), "succeeded"), "after the restart: %s %s", str_of(j, "status"),
             str_of(cJSON_GetObjectItemCaseSensitive(j, "error"), "message"));
+    T_CHECK(num_of(j, "trained_tokens") > 0, "a resumed job's trained_tokens: %g", num_of(j, "trained_tokens"));
     cJSON_Delete(j);
     int same = job_losses(dir, id2, l2, 64) == 48;
     for (int i = 0; same && i < 48; i++) same = l2[i] == l1[i];

@@ -1350,6 +1350,9 @@ static void test_multipart_end(void) {
     T_CHECK(!nv_multipart_end_init(&m, long_b), "a boundary longer than 100 taken");
     T_CHECK(nv_multipart_end_init(&m, "multipart/form-data; boundary=\"a b\"; x=1") && !strcmp(m.delim, "--a b--"), "quoted: %s", m.delim);
     T_CHECK(nv_multipart_end_init(&m, "Multipart/Form-Data; BOUNDARY=XyZb; charset=x") && !strcmp(m.delim, "--XyZb--"), "%s", m.delim);
+    T_CHECK(!nv_multipart_end_init(&m, "application/x-www-form-urlencoded; boundary=XyZb") && !nv_multipart_end_init(&m, "text/plain; boundary=x") &&
+                nv_multipart_end_init(&m, " multipart/form-data;boundary=k"),
+            "a boundary on another type taken as a form (or a leading space refused)");
     const char *body = "--XyZb\r\nContent-Disposition: form-data; name=\"file\"; filename=\"f\"\r\n\r\n"
                        "near --XyZb- and --XyZ-- and -XyZb--x\r\n--XyZb--\r\n\r\nepilogue --XyZb-- again";
     const size_t n = strlen(body), end = (size_t)(strstr(body, "\r\n--XyZb--") - body) + 10;

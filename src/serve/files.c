@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -39,7 +40,9 @@ struct nv_file_upload {
 
 int nv_multipart_end_init(nv_multipart_end *m, const char *content_type) {
     memset(m, 0, sizeof *m);
-    const char *b = content_type ? strcasestr(content_type, "boundary=") : NULL;
+    while (content_type && (*content_type == ' ' || *content_type == '\t')) content_type++;
+    if (!content_type || strncasecmp(content_type, "multipart/form-data", 19) != 0) return 0; /* (a boundary of another type: not a form) */
+    const char *b = strcasestr(content_type, "boundary=");
     if (!b) return 0;
     b += 9;
     const int quoted = *b == '"';

@@ -93,7 +93,8 @@ typedef struct {
     size_t tail_len;
     int closed;
 } nv_multipart_end;
-/* From a Content-Type's boundary parameter (quoted or not): 1, or 0 when it names no usable one. */
+/* From a multipart/form-data Content-Type's boundary parameter (quoted or not): 1, or 0 when the type is
+ * another or names no usable boundary. */
 int nv_multipart_end_init(nv_multipart_end *m, const char *content_type);
 /* How many of the n bytes at p belong to the body: n, or up to the delimiter's end when it ends
  * among them; 0 once it has ended. */

@@ -518,9 +518,10 @@ static int read_metrics(nv_ftjobs *j, const char *id, const char *path, metrics_
         const long step = (long)nv_rec_num(o, "step");
         if (o && nv_rec_num(o, "total_steps") > 0) m->total = nv_rec_num(o, "total_steps"); /* (told or not) */
         seen |= o && step > 0;
+        if (o && step > 0) /* the latest line's (a resumed run's lines go on from its checkpoint's step, told or not) */
+            m->tokens = nv_rec_num(o, "tokens"), m->elapsed = nv_rec_num(o, "elapsed_s");
         if (o && step > m->last) {
             m->last = step;
-            m->tokens = nv_rec_num(o, "tokens"), m->elapsed = nv_rec_num(o, "elapsed_s");
             step_metrics s = NO_METRICS; /* this line's alone: an event tells a validation loss at its step */
             step_metrics_of(o, &s);
             cJSON *d = cJSON_CreateObject();
