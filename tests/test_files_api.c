@@ -1823,6 +1823,34 @@ static void test_fine_tuning(void) {
     }
     T_CHECK(steps9 >= 200 && kills == 2 && from_ckpt >= 1, "job 9's events: each step once (%d), two kills gone on from (%d), from its checkpoint (%d)",
             steps9, kills, from_ckpt);
+    /* the adapters' places the jobs yet to end will take are theirs: one-epoch jobs until no more fit,
+       then a run-time load is refused (a job's final load would fail without its place) */
+    {
+        char fill[64][64], data_id[64];
+        int made = 0;
+        char *few = chat_examples(4, 0);
+        upload_id(s.port, "fine-tune", few, data_id);
+        free(few);
+        snprintf(body, sizeof body, "{\"model\":\"stories260K\",\"training_file\":\"%s\",\"hyperparameters\":{\"n_epochs\":1}}", data_id);
+        for (; made < 64; made++) {
+            cJSON *fj;
+            const int st = create_job(s.port, body, &fj);
+            snprintf(fill[made], sizeof fill[made], "%s", str_of(fj, "id"));
+            cJSON_Delete(fj);
+            if (st != 200) break;
+        }
+        T_CHECK(made > 0 && made < 64, "%d jobs made before the places ran out", made);
+        resp lr;
+        T_CHECK(http(s.port, "POST", "/v1/load_lora_adapter", KEY, "{\"lora_name\":\"extra\",\"lora_path\":\"/nonexistent\"}", &lr) &&
+                    lr.status == 400 && strstr(lr.body, "held for the fine-tuning jobs"),
+                "a load into a job's place: %d %s", lr.status, lr.body);
+        resp_free(&lr);
+        for (int k = 0; k < made; k++) {
+            snprintf(path, sizeof path, "/v1/fine_tuning/jobs/%s/cancel", fill[k]);
+            T_CHECK(http(s.port, "POST", path, KEY, "", &lr) && lr.status == 200, "cancel %d: %d", k, lr.status);
+            resp_free(&lr);
+        }
+    }
     T_CHECK(server_stop_within(&s, 30) == 0, "server exit");
     /* off without --files-dir */
     if (!server_spawn(&s, "ftoff", NULL, NULL, model_path(), tok_path(), FLAGS, 60)) return;

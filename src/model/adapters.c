@@ -153,6 +153,14 @@ nv_err nv_adapter_mix_set(nv_adapter_mix *m, int k, unsigned gen, float f) {
     return NV_OK;
 }
 
+int nv_adapters_live_count(nv_adapters *set) {
+    if (!set) return 0;
+    pthread_mutex_lock(&set->mu);
+    const int n = set->live;
+    pthread_mutex_unlock(&set->mu);
+    return n;
+}
+
 int nv_adapters_live(nv_adapters *set, int k, unsigned *gen) {
     if (!set || k < 1 || k > NV_MAX_ADAPTERS) return 0;
     pthread_mutex_lock(&set->mu);

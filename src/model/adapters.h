@@ -109,6 +109,8 @@ int nv_adapters_find(nv_adapters *set, const char *name, unsigned *gen);
  * other pins (a request that named it before its removal) (1), else 0. */
 int nv_adapters_pin(nv_adapters *set, int k, unsigned gen);
 void nv_adapters_unpin(nv_adapters *set, int k);
+/* How many adapters are live (a request may name them; set may be NULL: 0). */
+int nv_adapters_live_count(nv_adapters *set);
 /* Whether adapter k is live, with its generation in *gen when gen is given (set may be NULL). */
 int nv_adapters_live(nv_adapters *set, int k, unsigned *gen);
 /* Pins every adapter of m (nv_adapters_pin), or none (0) when one cannot be; unpins them. */

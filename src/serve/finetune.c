@@ -1293,9 +1293,7 @@ int nv_ftjobs_create(nv_ftjobs *j, const char *body, size_t len, char **out, nv_
        (counted here, with the job added under the same lock: two creates at once cannot both take the last) */
     int pending = models_of(o), live;
     for (int i = 0; i < j->r.n; i++) pending += ended(status_of(j->r.v[i].o)) ? 0 : models_of(j->r.v[i].o);
-    pthread_mutex_lock(&j->o.adapters->mu);
-    live = j->o.adapters->live;
-    pthread_mutex_unlock(&j->o.adapters->mu);
+    live = nv_adapters_live_count(j->o.adapters);
     const int full = err == NV_OK && live + pending > NV_MAX_ADAPTERS;
     if (full) err = NV_EINVAL;
     if (err == NV_OK) event(j, id, "info", "message", NULL, "Created fine-tuning job: %s", id);
@@ -1570,6 +1568,14 @@ int nv_ftjobs_owns(nv_ftjobs *j, const char *model) {
     const int yes = owner(j, model, &step, &entry) != NULL;
     pthread_mutex_unlock(&j->mu);
     return yes;
+}
+
+int nv_ftjobs_pending_models(nv_ftjobs *j) {
+    pthread_mutex_lock(&j->mu);
+    int pending = 0;
+    for (int i = 0; i < j->r.n; i++) pending += ended(status_of(j->r.v[i].o)) ? 0 : models_of(j->r.v[i].o);
+    pthread_mutex_unlock(&j->mu);
+    return pending;
 }
 
 int nv_ftjobs_reserves(nv_ftjobs *j, const char *name) {

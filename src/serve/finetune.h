@@ -88,6 +88,8 @@ int nv_ftjobs_owns(nv_ftjobs *j, const char *model);
 /* Whether name is a model a job that has not failed, been cancelled or deleted serves or will serve
    (its fine-tuned model or one of its :ckpt-step-N): vLLM's load and unload endpoints keep off it. */
 int nv_ftjobs_reserves(nv_ftjobs *j, const char *name);
+/* The adapters' places the jobs yet to end will take when they succeed (run-time loads keep off them). */
+int nv_ftjobs_pending_models(nv_ftjobs *j);
 /* DELETE /v1/models/{model} of a fine-tuned model: unloaded, its adapters removed. */
 int nv_ftjobs_delete_model(nv_ftjobs *j, const char *model, char **out, nv_api_error *e);
 

@@ -1400,6 +1400,10 @@ static enum MHD_Result lora_update(nv_http *h, struct MHD_Connection *c, conn_ct
                          "'%.200s' is a fine-tuning job's model%s", name->valuestring,
                          load ? "" : ": DELETE /v1/models/{model} removes it"),
             status = 400;
+    else if (load && h->o.ftjobs && nv_adapters_live_count(h->ctx.adapters) + nv_ftjobs_pending_models(h->o.ftjobs) >= NV_MAX_ADAPTERS)
+        nv_api_error_set(&err, 400, "invalid_request_error", NULL, "lora_name",
+                         "The adapters' places left (of %d) are held for the fine-tuning jobs yet to end", NV_MAX_ADAPTERS),
+            status = 400;
     else if (load && nv_adapters_find(h->ctx.adapters, name->valuestring, NULL))
         nv_api_error_set(&err, 400, "invalid_request_error", NULL, "lora_name", "The LoRA adapter '%.200s' has already been loaded",
                          name->valuestring),
