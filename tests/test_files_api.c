@@ -342,6 +342,22 @@ static void test_files(void) {
     T_CHECK(upload(s.port, "user_data", "bad\xff\xc3name.txt", "x", &r) && r.status == 200 && strstr(r.body, "bad\xef\xbf\xbd"),
             "a name of invalid UTF-8: %d %s", r.status, r.body);
     resp_free(&r);
+    /* Anthropic's batches keep their requests beside the files: they count against the same limit (4K here) */
+    {
+        nv_buf big = {0};
+        nv_buf_printf(&big, "{\"requests\":[");
+        for (int k = 0; k < 3; k++) {
+            nv_buf_printf(&big, "%s{\"custom_id\":\"r%d\",\"params\":{\"model\":\"stories260K\",\"max_tokens\":4,\"messages\":[{\"role\":"
+                                "\"user\",\"content\":\"", k ? "," : "", k);
+            for (int c = 0; c < 1500; c++) nv_buf_append(&big, "a", 1);
+            nv_buf_printf(&big, "\"}]}}");
+        }
+        nv_buf_printf(&big, "]}");
+        T_CHECK(http(s.port, "POST", "/v1/messages/batches", KEY, big.data, &r) && r.status == 413 && strstr(r.body, "--files-max-bytes"),
+                "a message batch past the files' limit: %d %s", r.status, r.body);
+        resp_free(&r);
+        nv_buf_free(&big);
+    }
     snprintf(exp_rec, sizeof exp_rec, "store/%s", exp_id);
     T_CHECK(exp_id[0] && !nv_file_exists(t_path(exp_rec)), "the expired file's bytes are still there");
     free(log);

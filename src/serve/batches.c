@@ -94,6 +94,14 @@ static int valid(const cJSON *o, const char *id) {
            cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(o, "request_counts"));
 }
 
+/* The bytes of an Anthropic batch's requests (DIR/ID.input.jsonl; 0 when none). */
+static uint64_t input_bytes(const char *dir, const char *id) {
+    char path[4200];
+    struct stat st;
+    path_of(dir, id, ".input.jsonl", path, sizeof path);
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode) ? (uint64_t)st.st_size : 0;
+}
+
 nv_err nv_batches_open(nv_batches **out, nv_files *files) {
     *out = NULL;
     nv_batches *b = calloc(1, sizeof *b);
@@ -106,6 +114,8 @@ nv_err nv_batches_open(nv_batches **out, nv_files *files) {
         nv_batches_close(b);
         return e;
     }
+    /* Anthropic's batches' requests count against the files' limit, as the files do */
+    for (int i = 0; i < b->r.n; i++) nv_files_hold(files, input_bytes(nv_files_dir(files), b->r.v[i].id));
     *out = b;
     return NV_OK;
 }
@@ -820,16 +830,23 @@ int nv_batches_create_anthropic(nv_batches *b, const char *body, size_t len, con
     nv_api_new_id(id, sizeof id, "msgbatch_");
     path_of(nv_files_dir(b->files), id, ".input.jsonl", path, sizeof path);
     nv_iov part = {text.data, text.len};
-    if (!rc && nv_file_write_atomic(path, &part, 1) != NV_OK) {
+    const uint64_t bytes = text.len;
+    if (!rc && !nv_files_reserve(b->files, bytes)) { /* its requests count against the files' limit */
+        nv_api_error_set(e, 413, "request_too_large", NULL, "requests",
+                         "The batch's requests would pass the server's limit of %llu bytes of files (--files-max-bytes)",
+                         (unsigned long long)nv_files_max_bytes(b->files));
+        rc = e->status;
+    } else if (!rc && nv_file_write_atomic(path, &part, 1) != NV_OK) {
         nv_api_error_set(e, 500, "api_error", NULL, NULL, "The batch could not be saved: %s", nv_errmsg());
         rc = e->status;
+        nv_files_release(b->files, bytes);
     }
     nv_buf_free(&text);
     if (rc) return rc;
     cJSON *o = new_record(id, "/v1/messages", NULL, NULL);
     set_counts(o, n, 0, 0); /* Anthropic's counts them processing from the start */
     rc = add_record(b, id, o, base, out, e);
-    if (rc) unlink(path);
+    if (rc) unlink(path), nv_files_release(b->files, bytes);
     return rc;
 }
 
@@ -925,6 +942,7 @@ int nv_batches_delete(nv_batches *b, const char *id, char **out, nv_api_error *e
         snprintf(results, sizeof results, "%.29s", nv_rec_str(x->o, "output_file_id"));
         path_of(dir, id, ".json", path, sizeof path);
         unlink(path);
+        nv_files_release(b->files, input_bytes(dir, id));
         path_of(dir, id, ".input.jsonl", path, sizeof path);
         unlink(path);
         nv_recs_remove(&b->r, x);

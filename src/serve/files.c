@@ -447,6 +447,14 @@ void nv_files_hold(nv_files *f, uint64_t bytes) {
     pthread_mutex_unlock(&f->mu);
 }
 
+int nv_files_reserve(nv_files *f, uint64_t bytes) {
+    pthread_mutex_lock(&f->mu);
+    const int room = f->used + bytes <= f->max_bytes;
+    if (room) f->used += bytes;
+    pthread_mutex_unlock(&f->mu);
+    return room;
+}
+
 void nv_files_release(nv_files *f, uint64_t bytes) {
     pthread_mutex_lock(&f->mu);
     f->used -= bytes < f->used ? bytes : f->used;

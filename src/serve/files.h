@@ -61,6 +61,8 @@ nv_err nv_files_adopt(nv_files *f, const char *path, const char *filename, const
  * (nv_files_hold counts such bytes found when the server starts). */
 nv_err nv_files_upload_keep(nv_file_upload *u, const char *path);
 void nv_files_hold(nv_files *f, uint64_t bytes);
+/* The same when there is room under max_bytes (1), else nothing counted (0). */
+int nv_files_reserve(nv_files *f, uint64_t bytes);
 uint64_t nv_files_max_bytes(const nv_files *f);
 void nv_files_release(nv_files *f, uint64_t bytes);
 /* 1 when purpose is one a file may have (batch, fine-tune, assistants, vision, user_data, evals). */
