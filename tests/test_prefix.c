@@ -530,13 +530,29 @@ static void test_disk_cap_lru(void) {
     nv_disk_touch(d, b[0].hash);
     write_chain(d, b, 1, 2);
     T_CHECK(nv_disk_has(d, b[0].hash) && nv_disk_has(d, b[1].hash) && !nv_disk_has(d, b[4].hash), "a block used from RAM was evicted");
-    sleep_ms(5); /* b0 used again, after b1 was written: the newer of the two */
+    sleep_ms(30); /* b0 used again, after b1 was written: the newer of the two (past a clock tick of the files' stamps) */
     nv_disk_touch(d, b[0].hash);
     nv_disk_free(d);
     o.max_bytes = FILE_BYTES;
     T_CHECK(nv_disk_open(&d, &o) == NV_OK, "%s", nv_errmsg());
     if (!d) return;
     T_CHECK(nv_disk_has(d, b[0].hash) && !nv_disk_has(d, b[1].hash), "the RAM use was not kept across the restart");
+    /* a use from RAM, then a later read from disk: the read is the newer after a restart too (the RAM
+       use is written at close as the time it came, not as the close's) */
+    nv_disk_free(d);
+    o.max_bytes = 2 * FILE_BYTES;
+    T_CHECK(nv_disk_open(&d, &o) == NV_OK, "%s", nv_errmsg());
+    if (!d) return;
+    write_chain(d, b, 2, 3); /* b0 and b2 */
+    nv_disk_touch(d, b[0].hash);
+    sleep_ms(30);
+    T_CHECK(load_ok(d, &b[2]), "b2 read from disk");
+    sleep_ms(30); /* (the close a tick later still: it must not stamp b0 as used then) */
+    nv_disk_free(d);
+    o.max_bytes = FILE_BYTES;
+    T_CHECK(nv_disk_open(&d, &o) == NV_OK, "%s", nv_errmsg());
+    if (!d) return;
+    T_CHECK(nv_disk_has(d, b[2].hash) && !nv_disk_has(d, b[0].hash), "a RAM use written at close outranked a later disk read");
     /* a file larger than the cap is never written */
     nv_disk_free(d);
     o.max_bytes = FILE_BYTES - 1;

@@ -158,6 +158,14 @@ static int header_ok(const nv_disk *d, const disk_header *h, const int32_t *toke
     return h->hash == nv_prefix_chain(o->model_id, h->parent, (const int *)tokens, o->block_size);
 }
 
+/* Now as a use's stamp (ns): the clock the kernel stamps files with (the coarse one), so a use kept
+   in memory and a file's mtime compare as they happened. */
+static int64_t use_stamp(void) {
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME_COARSE, &now);
+    return (int64_t)now.tv_sec * 1000000000LL + now.tv_nsec;
+}
+
 /* A block file opened to read: not following a link, not waiting on a FIFO put under its name. */
 static int open_block(const char *path) { return open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK); }
 
@@ -495,12 +503,10 @@ void nv_disk_touch(nv_disk *d, uint64_t hash) {
     pthread_mutex_lock(&d->mu);
     int32_t i = nv_map64_get(&d->map, hash);
     if (i >= 0 && d->e[i].state == E_READY) {
-        struct timespec now;
-        clock_gettime(CLOCK_REALTIME, &now);
         lru_unlink(d, i);
         lru_push(d, i);
         d->e[i].touched = 1;
-        d->e[i].stamp = (int64_t)now.tv_sec * 1000000000LL + now.tv_nsec; /* (written at close as it was: the order kept) */
+        d->e[i].stamp = use_stamp(); /* (written at close as it was: the order kept) */
     }
     pthread_mutex_unlock(&d->mu);
 }
@@ -609,14 +615,13 @@ int nv_disk_load(nv_disk *d, uint64_t hash, uint64_t parent, const int *tokens, 
     struct timespec ts[2] = {{0, UTIME_OMIT}, {0, UTIME_NOW}};
     futimens(fd, ts); /* the LRU order, for the next start (best effort: the tier may be read-only) */
     close(fd);
-    struct timespec now;
-    clock_gettime(CLOCK_REALTIME, &now);
+    const int64_t now = use_stamp();
     pthread_mutex_lock(&d->mu);
     int32_t i = nv_map64_get(&d->map, hash);
     if (i >= 0 && d->e[i].state == E_READY) {
         lru_unlink(d, i);
         lru_push(d, i);
-        d->e[i].stamp = (int64_t)now.tv_sec * 1000000000LL + now.tv_nsec;
+        d->e[i].stamp = now;
         d->e[i].touched = 0; /* (its mtime says this use already) */
     }
     d->st.loads++;
