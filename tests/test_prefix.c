@@ -495,6 +495,15 @@ static void test_disk_parts_and_strangers(void) {
     rmdir(fifo);
 }
 
+/* The tier closed (d, when given) and opened again with a cap of max_bytes: a restart; NULL when it fails. */
+static nv_disk *reopen(nv_disk *d, nv_disk_opts *o, uint64_t max_bytes) {
+    nv_disk_free(d);
+    o->max_bytes = max_bytes;
+    nv_disk *again = NULL;
+    T_CHECK(nv_disk_open(&again, o) == NV_OK, "%s", nv_errmsg());
+    return again;
+}
+
 static void test_disk_cap_lru(void) {
     const char *root = t_path("cap");
     blk b[6];
@@ -532,32 +541,20 @@ static void test_disk_cap_lru(void) {
     T_CHECK(nv_disk_has(d, b[0].hash) && nv_disk_has(d, b[1].hash) && !nv_disk_has(d, b[4].hash), "a block used from RAM was evicted");
     sleep_ms(30); /* b0 used again, after b1 was written: the newer of the two (past a clock tick of the files' stamps) */
     nv_disk_touch(d, b[0].hash);
-    nv_disk_free(d);
-    o.max_bytes = FILE_BYTES;
-    T_CHECK(nv_disk_open(&d, &o) == NV_OK, "%s", nv_errmsg());
-    if (!d) return;
+    if (!(d = reopen(d, &o, FILE_BYTES))) return;
     T_CHECK(nv_disk_has(d, b[0].hash) && !nv_disk_has(d, b[1].hash), "the RAM use was not kept across the restart");
     /* a use from RAM, then a later read from disk: the read is the newer after a restart too (the RAM
        use is written at close as the time it came, not as the close's) */
-    nv_disk_free(d);
-    o.max_bytes = 2 * FILE_BYTES;
-    T_CHECK(nv_disk_open(&d, &o) == NV_OK, "%s", nv_errmsg());
-    if (!d) return;
+    if (!(d = reopen(d, &o, 2 * FILE_BYTES))) return;
     write_chain(d, b, 2, 3); /* b0 and b2 */
     nv_disk_touch(d, b[0].hash);
     sleep_ms(30);
     T_CHECK(load_ok(d, &b[2]), "b2 read from disk");
     sleep_ms(30); /* (the close a tick later still: it must not stamp b0 as used then) */
-    nv_disk_free(d);
-    o.max_bytes = FILE_BYTES;
-    T_CHECK(nv_disk_open(&d, &o) == NV_OK, "%s", nv_errmsg());
-    if (!d) return;
+    if (!(d = reopen(d, &o, FILE_BYTES))) return;
     T_CHECK(nv_disk_has(d, b[2].hash) && !nv_disk_has(d, b[0].hash), "a RAM use written at close outranked a later disk read");
     /* a file larger than the cap is never written */
-    nv_disk_free(d);
-    o.max_bytes = FILE_BYTES - 1;
-    T_CHECK(nv_disk_open(&d, &o) == NV_OK, "%s", nv_errmsg());
-    if (!d) return;
+    if (!(d = reopen(d, &o, FILE_BYTES - 1))) return;
     nv_disk_stats_get(d, &st);
     T_CHECK(st.files == 0, "cap below one file keeps %ld", st.files);
     write_chain(d, b, 5, 6);

@@ -432,13 +432,7 @@ nv_err nv_disk_open(nv_disk **out, const nv_disk_opts *o) {
     pthread_mutex_init(&d->mu, NULL);
     pthread_cond_init(&d->cv, NULL);
     if (!scan(d)) {
-        free(d->q);
-        free(d->done);
-        free(d->e);
-        nv_map64_free(&d->map);
-        pthread_mutex_destroy(&d->mu);
-        pthread_cond_destroy(&d->cv);
-        free(d);
+        nv_disk_free(d); /* (no writer started: freeing is all there is to do) */
         return nv_fail(NV_ENOMEM, "SSD tier: out of memory indexing its files");
     }
     if (pthread_create(&d->thread, NULL, writer_main, d) != 0) {
