@@ -923,6 +923,34 @@ static int job_events(int port, const char *id, cJSON **out, int cap) {
     return n;
 }
 
+/* A job created from body, paused once its run folder has `file`, and its runner done with it (it
+ * said its trainer stopped): 1 (its id in id[64]), or 0. */
+static int paused_job(int port, const char *body, const char *dir, const char *file, char *id) {
+    cJSON *j = NULL;
+    const int made = create_job(port, body, &j) == 200;
+    snprintf(id, 64, "%s", str_of(j, "id"));
+    cJSON_Delete(j);
+    if (!made) return 0;
+    char path[800];
+    snprintf(path, sizeof path, "%s/%s.run/run/%s", dir, id, file);
+    for (double t0 = now_s(); !nv_file_exists(path) && now_s() - t0 < 60;) sleep_ms(20);
+    snprintf(path, sizeof path, "/v1/fine_tuning/jobs/%s/pause", id);
+    resp r;
+    const int paused = http(port, "POST", path, KEY, "", &r) && r.status == 200;
+    resp_free(&r);
+    if (!paused) return 0;
+    int stopped = 0;
+    for (double t0 = now_s(); !stopped && now_s() - t0 < 30; sleep_ms(20)) {
+        cJSON *evs[256];
+        const int nev = job_events(port, id, evs, 256);
+        for (int i = 0; i < nev; i++) {
+            stopped |= !strncmp(str_of(evs[i], "message"), "The trainer stopped at step", 27);
+            cJSON_Delete(evs[i]);
+        }
+    }
+    return stopped;
+}
+
 /* The trainer's losses of a job, from its run folder. */
 /* A field of a job's trainer's steps 1, 2, ... (-1 where a step has none): their number. */
 static int job_field(const char *dir, const char *id, const char *key, double *v, int cap) {
@@ -1773,32 +1801,40 @@ static void test_fine_tuning(void) {
     cJSON_Delete(j);
     /* cancelled while paused: what it had written removed at once */
     snprintf(body, sizeof body, "{\"model\":\"stories260K\",\"training_file\":\"%s\",\"hyperparameters\":{\"n_epochs\":50}}", val);
-    T_CHECK(create_job(s.port, body, &j) == 200, "create 8");
     char id8[64];
-    snprintf(id8, sizeof id8, "%s", str_of(j, "id"));
-    cJSON_Delete(j);
+    T_CHECK(paused_job(s.port, body, dir, "step-24", id8), "job 8 paused");
     snprintf(step_dir, sizeof step_dir, "%s/%s.run/run/step-24", dir, id8);
-    for (double t0 = now_s(); !nv_file_exists(step_dir) && now_s() - t0 < 60;) sleep_ms(20);
-    snprintf(path, sizeof path, "/v1/fine_tuning/jobs/%s/pause", id8);
-    T_CHECK(http(s.port, "POST", path, KEY, "", &r) && r.status == 200, "pause 8: %d", r.status);
-    resp_free(&r);
-    j = wait_job(s.port, id8, "paused", 60);
-    cJSON_Delete(j);
     snprintf(rec, sizeof rec, "%s/%s.run/run/ckpt.bin", dir, id8);
-    int stopped = 0; /* the runner is done with it once it says its trainer stopped */
-    for (double t0 = now_s(); !stopped && now_s() - t0 < 30; sleep_ms(20)) {
-        cJSON *evs[256];
-        const int nev = job_events(s.port, id8, evs, 256);
-        for (int i = 0; i < nev; i++) {
-            stopped |= !strncmp(str_of(evs[i], "message"), "The trainer stopped at step", 27);
-            cJSON_Delete(evs[i]);
-        }
-    }
     T_CHECK(nv_file_exists(step_dir) && nv_file_exists(rec), "the paused job's checkpoint and first epoch's model");
     snprintf(path, sizeof path, "/v1/fine_tuning/jobs/%s/cancel", id8);
     T_CHECK(http(s.port, "POST", path, KEY, "", &r) && r.status == 200 && !nv_file_exists(step_dir) && !nv_file_exists(rec),
             "cancelled while paused: its checkpoint and epochs' models removed (%d)", r.status);
     resp_free(&r);
+    /* resumed from a checkpoint its trainer refuses: failed, and never running after the resume (the
+       earlier run's metrics lines are not this trainer's steps) */
+    char id8b[64];
+    T_CHECK(paused_job(s.port, body, dir, "ckpt.bin", id8b), "job 8b paused");
+    snprintf(rec, sizeof rec, "%s/%s.run/run/ckpt.bin", dir, id8b);
+    T_CHECK(job_steps(dir, id8b) > 0 && truncate(rec, 100) == 0, "job 8b paused after %d steps, its checkpoint cut short", job_steps(dir, id8b));
+    snprintf(path, sizeof path, "/v1/fine_tuning/jobs/%s/resume", id8b);
+    T_CHECK(http(s.port, "POST", path, KEY, "", &r) && r.status == 200, "resume 8b: %d", r.status);
+    resp_free(&r);
+    j = wait_job(s.port, id8b, "failed succeeded cancelled", 60);
+    T_CHECK(!strcmp(str_of(j, "status"), "failed") && strstr(str_of(cJSON_GetObjectItemCaseSensitive(j, "error"), "message"), "ckpt"),
+            "resumed from a checkpoint cut short: %s %s", str_of(j, "status"), str_of(cJSON_GetObjectItemCaseSensitive(j, "error"), "message"));
+    cJSON_Delete(j);
+    {
+        cJSON *evs[256];
+        const int nev = job_events(s.port, id8b, evs, 256);
+        int resumed_at = -1, started_after = 0;
+        for (int i = 0; i < nev; i++) {
+            if (!strcmp(str_of(evs[i], "message"), "Resuming the job from its last checkpoint")) resumed_at = i;
+            else if (resumed_at >= 0 && !strcmp(str_of(evs[i], "message"), "Fine-tuning job started")) started_after++;
+            cJSON_Delete(evs[i]);
+        }
+        T_CHECK(resumed_at >= 0 && started_after == 0, "no start told after the resume (resumed at event %d, %d told)", resumed_at,
+                started_after);
+    }
     /* a trainer killed outright by another than the server (the kernel, out of memory): the job goes
        on, twice (the first time from the checkpoint of step 200), each step told once; the third time
        it fails saying so */

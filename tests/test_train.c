@@ -190,10 +190,26 @@ static void resume_case(const char *tag, const char *extra) {
     const int st = run_interrupted("", args, split, SIGINT, 0, &done_before);
     T_CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s interrupted run did not exit cleanly (status %d)", tag, st);
     T_CHECK(done_before >= 9 && done_before < 24, "%s: interrupt landed at step %d", tag, done_before);
-    char resume[1024];
+    char resume[1024], mpath[800];
     snprintf(resume, sizeof resume, "%s --resume", extra);
     train_args(args, sizeof args, split, resume);
+    /* a line past the checkpoint and one the run was killed while writing: the resume drops both */
+    snprintf(mpath, sizeof mpath, "%.600s/metrics.jsonl", split);
+    FILE *mf = fopen(mpath, "a");
+    T_CHECK(mf && fputs("{\"step\":999,\"loss\":1.5}\n{\"step\":3,\"loss\":2.", mf) >= 0, "%s: lines added", tag);
+    if (mf) fclose(mf);
     T_CHECK(run_nerve(args, err, sizeof err) == 0, "%s: resume failed: %s", tag, err);
+    char *mtext = NULL;
+    nv_file_read_all(mpath, &mtext, NULL);
+    int bad_lines = 0, lines = 0;
+    for (char *line = mtext ? strtok(mtext, "\n") : NULL; line; line = strtok(NULL, "\n"), lines++) {
+        cJSON *o = cJSON_Parse(line);
+        bad_lines += !o || !cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(o, "step")) ||
+                     cJSON_GetObjectItemCaseSensitive(o, "step")->valuedouble > 24;
+        cJSON_Delete(o);
+    }
+    free(mtext);
+    T_CHECK(lines > 24 && bad_lines == 0, "%s: the resumed run's metrics: %d lines, %d not its steps' JSON", tag, lines, bad_lines);
 
     char a[64][32], b[64][32];
     int na = read_losses(full, a, 64), nb = read_losses(split, b, 64);

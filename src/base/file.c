@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 nv_err nv_file_map(const char *path, nv_mapped *out) {
@@ -135,6 +136,17 @@ nv_err nv_file_read_all(const char *path, char **out, size_t *len) {
 int nv_file_exists(const char *p) {
     struct stat st;
     return stat(p, &st) == 0;
+}
+
+int64_t nv_file_clock_ns(void) {
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME_COARSE, &now);
+    return (int64_t)now.tv_sec * 1000000000LL + now.tv_nsec;
+}
+
+int64_t nv_file_mtime_ns(const char *p) {
+    struct stat st;
+    return stat(p, &st) == 0 ? (int64_t)st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec : -1;
 }
 
 void nv_remove_in_dir(const char *dir, const char *const *names, size_t n) {

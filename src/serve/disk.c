@@ -158,14 +158,6 @@ static int header_ok(const nv_disk *d, const disk_header *h, const int32_t *toke
     return h->hash == nv_prefix_chain(o->model_id, h->parent, (const int *)tokens, o->block_size);
 }
 
-/* Now as a use's stamp (ns): the clock the kernel stamps files with (the coarse one), so a use kept
-   in memory and a file's mtime compare as they happened. */
-static int64_t use_stamp(void) {
-    struct timespec now;
-    clock_gettime(CLOCK_REALTIME_COARSE, &now);
-    return (int64_t)now.tv_sec * 1000000000LL + now.tv_nsec;
-}
-
 /* A block file opened to read: not following a link, not waiting on a FIFO put under its name. */
 static int open_block(const char *path) { return open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK); }
 
@@ -500,7 +492,7 @@ void nv_disk_touch(nv_disk *d, uint64_t hash) {
         lru_unlink(d, i);
         lru_push(d, i);
         d->e[i].touched = 1;
-        d->e[i].stamp = use_stamp(); /* (written at close as it was: the order kept) */
+        d->e[i].stamp = nv_file_clock_ns(); /* (the files' clock; written at close as it was: the order kept) */
     }
     pthread_mutex_unlock(&d->mu);
 }
@@ -609,7 +601,7 @@ int nv_disk_load(nv_disk *d, uint64_t hash, uint64_t parent, const int *tokens, 
     struct timespec ts[2] = {{0, UTIME_OMIT}, {0, UTIME_NOW}};
     futimens(fd, ts); /* the LRU order, for the next start (best effort: the tier may be read-only) */
     close(fd);
-    const int64_t now = use_stamp();
+    const int64_t now = nv_file_clock_ns();
     pthread_mutex_lock(&d->mu);
     int32_t i = nv_map64_get(&d->map, hash);
     if (i >= 0 && d->e[i].state == E_READY) {

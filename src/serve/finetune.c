@@ -496,16 +496,21 @@ typedef struct {
     long off;  /* how far metrics.jsonl was read */
     long last; /* the last step reported */
     double tokens, total, elapsed;
+    int64_t since; /* when this trainer started (the files' clock): lines in a file not written since are an earlier one's */
 } metrics_read;
 
 /* The trainer's new metrics lines (not under mu: the runner alone writes a running job's steps): an
- * event each (type metrics) for job id, a step told once. Returns 1 when a step's line came, told
- * before or not (a trainer started again from an earlier step trains: the job is running). */
+ * event each (type metrics) for job id, a step told once. Returns 1 when the file holds a step's line
+ * and this trainer has written it since it started (a resumed one rewrites the earlier run's lines it
+ * keeps, or adds its own): the job is running. Told before or not: a trainer started again from an
+ * earlier step trains. */
 static int read_metrics(nv_ftjobs *j, const char *id, const char *path, metrics_read *m) {
     FILE *f = fopen(path, "r");
     if (!f) return 0;
     struct stat st;
-    if (fstat(fileno(f), &st) == 0 && st.st_size < m->off) m->off = 0; /* a resume cut it back: steps are compared */
+    const int stat_ok = fstat(fileno(f), &st) == 0;
+    const int fresh = stat_ok && (int64_t)st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec >= m->since;
+    if (stat_ok && st.st_size < m->off) m->off = 0; /* a resume cut it back: steps are compared */
     fseek(f, m->off, SEEK_SET);
     char *line = NULL;
     size_t cap = 0;
@@ -517,7 +522,7 @@ static int read_metrics(nv_ftjobs *j, const char *id, const char *path, metrics_
         cJSON *o = cJSON_Parse(line);
         const long step = (long)nv_rec_num(o, "step");
         if (o && nv_rec_num(o, "total_steps") > 0) m->total = nv_rec_num(o, "total_steps"); /* (told or not) */
-        seen |= o && step > 0;
+        seen |= o && step > 0 && fresh;
         if (o && step > 0) /* the latest line's (a resumed run's lines go on from its checkpoint's step, told or not) */
             m->tokens = nv_rec_num(o, "tokens"), m->elapsed = nv_rec_num(o, "elapsed_s");
         if (o && step > m->last) {
@@ -751,6 +756,7 @@ static void process(nv_ftjobs *j, const char *id) {
     const int nullfd = errmsg[0] ? -1 : above_stdio(open("/dev/null", O_RDONLY | O_CLOEXEC));
     pid_t pid = -1;
     if (!errmsg[0] && (logfd < 0 || nullfd < 0)) snprintf(errmsg, sizeof errmsg, "cannot open %.900s: %s", log, strerror(errno));
+    m.since = nv_file_clock_ns();
     if (!errmsg[0] && (pid = start_trainer(argv, logfd, nullfd, j->o.nice)) < 0)
         snprintf(errmsg, sizeof errmsg, "cannot start the trainer: %s", strerror(errno));
     if (logfd >= 0) close(logfd);

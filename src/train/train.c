@@ -163,21 +163,27 @@ static void write_svg(const char *path, const series *tr, const series *va, int 
  * reloads them into the loss series. */
 static void metrics_restore(const char *path, long last_step, series *tr, series *va) {
     char *text = NULL;
-    size_t len = 0;
+    size_t len = 0, kept = 0;
     if (nv_file_read_all(path, &text, &len) != NV_OK) return;
-    FILE *f = fopen(path, "w");
+    /* the lines kept are moved down in place (a line never moves past where it was read), then
+       written whole: a run killed meanwhile finds the file as it was, not cut short */
     for (char *line = text, *next; line && *line; line = next) {
         next = strchr(line, '\n');
-        if (next) *next++ = '\0';
+        if (!next) break; /* a line the run was killed while writing */
+        *next++ = '\0';
         long step = 0;
         float loss = 0, val = 0;
         const char *p = strstr(line, "\"step\":");
         if (!p || sscanf(p, "\"step\":%ld", &step) != 1 || step > last_step) continue;
-        if (f) fprintf(f, "%s\n", line);
         if ((p = strstr(line, "\"loss\":")) && sscanf(p, "\"loss\":%f", &loss) == 1) series_add(tr, (float)step, loss);
         if ((p = strstr(line, "\"val_loss\":")) && sscanf(p, "\"val_loss\":%f", &val) == 1) series_add(va, (float)step, val);
+        const size_t n = strlen(line);
+        memmove(text + kept, line, n);
+        kept += n;
+        text[kept++] = '\n';
     }
-    if (f) fclose(f);
+    if (kept != len && nv_file_write_atomic(path, &(nv_iov){text, kept}, 1) != NV_OK)
+        nv_warn("training: %s keeps the lines past step %ld: %s", path, last_step, nv_errmsg());
     free(text);
 }
 
