@@ -948,7 +948,11 @@ static int paused_job(int port, const char *body, const char *dir, const char *f
             cJSON_Delete(evs[i]);
         }
     }
-    return stopped;
+    snprintf(path, sizeof path, "/v1/fine_tuning/jobs/%s", id);
+    cJSON *j2 = get_json(port, path);
+    const int paused2 = stopped && !strcmp(str_of(j2, "status"), "paused");
+    cJSON_Delete(j2);
+    return paused2;
 }
 
 /* The trainer's losses of a job, from its run folder. */
@@ -1206,6 +1210,19 @@ static void test_uploads(void) {
     T_CHECK(server_stop_within(&s, 30) == 0, "server exit");
 }
 
+/* A server of the small model with args (env: its environment's additions, or NULL) started as name,
+ * and 24 chat examples uploaded to it for fine-tuning (their file's id in chat[64]): 1, or 0 (said). */
+static int chat_server(server *s, const char *name, const char *env, const char *args, char *chat) {
+    if (!server_spawn(s, name, NULL, env, model_path(), tok_path(), args, 60)) {
+        T_CHECK(0, "the server did not start");
+        return 0;
+    }
+    char *text = chat_examples(24, 0);
+    upload_id(s->port, "fine-tune", text, chat);
+    free(text);
+    return 1;
+}
+
 /* A server that runs its chat template as Jinja (--chat-template-file, one nerve has no renderer of)
  * trains its jobs' data with that template: the job's run renders with it and keeps it. */
 static void test_fine_tuning_jinja(void) {
@@ -1217,13 +1234,7 @@ static void test_fine_tuning_jinja(void) {
     char args[2048], chat[64], body[512], path[800], id[64];
     snprintf(args, sizeof args, "--kv-memory 64M --kv-disk-cache 0 --api-key sk-files --files-dir '%s' --chat-template-file '%s'", dir, file);
     server s;
-    if (!server_spawn(&s, "ftj", NULL, NULL, model_path(), tok_path(), args, 60)) {
-        T_CHECK(0, "the server did not start");
-        return;
-    }
-    char *text = chat_examples(24, 0);
-    upload_id(s.port, "fine-tune", text, chat);
-    free(text);
+    if (!chat_server(&s, "ftj", NULL, args, chat)) return;
     snprintf(body, sizeof body, "{\"model\":\"stories260K\",\"training_file\":\"%s\",\"hyperparameters\":{\"n_epochs\":1}}", chat);
     cJSON *j;
     T_CHECK(create_job(s.port, body, &j) == 200, "create");
@@ -1236,6 +1247,45 @@ static void test_fine_tuning_jinja(void) {
     snprintf(path, sizeof path, "%s/%s.run/run/chat_template.jinja", dir, id);
     T_CHECK(nv_file_read_all(path, &kept, NULL) == NV_OK && !strcmp(kept, tmpl), "the job's template: %s", kept ? kept : "(none)");
     free(kept);
+    T_CHECK(server_stop_within(&s, 30) == 0, "server exit");
+}
+
+/* A job whose adapters the server cannot load when it ends (started again after its trainer paused,
+ * by a server whose --max-lora-rank is below the job's lora_rank) fails saying where its adapters
+ * are, and they stay there with its earlier epochs' models, at that start and the next. */
+static void test_fine_tuning_unloadable(void) {
+    if (!model_path() || !tok_path()) return;
+    const char *dir = t_path("ftkstore");
+    char args[2048], chat[64], body[512], path[800], id[64];
+    snprintf(args, sizeof args, "--kv-memory 64M --kv-disk-cache 0 --api-key sk-files --files-dir '%s'", dir);
+    server s;
+    if (!chat_server(&s, "ftk", "NERVE_TEST_STEP_DELAY_MS=30", args, chat)) return;
+    snprintf(body, sizeof body, "{\"model\":\"stories260K\",\"training_file\":\"%s\",\"hyperparameters\":{\"n_epochs\":4,\"lora_rank\":16}}", chat);
+    T_CHECK(paused_job(s.port, body, dir, "step-24", id), "the job paused");
+    T_CHECK(server_stop_within(&s, 30) == 0, "server exit");
+    char small[2100];
+    snprintf(small, sizeof small, "%s --max-lora-rank 8", args);
+    if (!server_spawn(&s, "ftk2", NULL, "NERVE_TEST_STEP_DELAY_MS=30", model_path(), tok_path(), small, 60)) return;
+    snprintf(path, sizeof path, "/v1/fine_tuning/jobs/%s/resume", id);
+    resp r;
+    T_CHECK(http(s.port, "POST", path, KEY, "", &r) && r.status == 200, "resume: %d %s", r.status, r.body);
+    resp_free(&r);
+    cJSON *j = wait_job(s.port, id, "failed succeeded cancelled", 120);
+    const char *msg = str_of(cJSON_GetObjectItemCaseSensitive(j, "error"), "message");
+    T_CHECK(!strcmp(str_of(j, "status"), "failed") && strstr(msg, "rank 16") && strstr(msg, "they are kept"), "%s: %s", str_of(j, "status"), msg);
+    cJSON_Delete(j);
+    char adapter[800], third_epoch[800];
+    snprintf(adapter, sizeof adapter, "%s/%s.run/run/adapter.gguf", dir, id);
+    snprintf(third_epoch, sizeof third_epoch, "%s/%s.run/run/step-72/adapter.gguf", dir, id);
+    T_CHECK(nv_file_exists(adapter) && nv_file_exists(third_epoch), "the adapters kept at %s, and the third epoch's", adapter);
+    T_CHECK(server_stop_within(&s, 30) == 0, "server exit");
+    if (!server_spawn(&s, "ftk3", NULL, NULL, model_path(), tok_path(), args, 60)) return;
+    snprintf(path, sizeof path, "/v1/fine_tuning/jobs/%s", id);
+    j = get_json(s.port, path);
+    T_CHECK(!strcmp(str_of(j, "status"), "failed") && nv_file_exists(adapter) && nv_file_exists(third_epoch),
+            "at the next start: %s, the adapters %s, the third epoch's %s", str_of(j, "status"), nv_file_exists(adapter) ? "kept" : "gone",
+            nv_file_exists(third_epoch) ? "kept" : "gone");
+    cJSON_Delete(j);
     T_CHECK(server_stop_within(&s, 30) == 0, "server exit");
 }
 
@@ -1920,5 +1970,6 @@ int main(void) {
     T_RUN(test_uploads);
     T_RUN(test_fine_tuning);
     T_RUN(test_fine_tuning_jinja);
+    T_RUN(test_fine_tuning_unloadable);
     return t_done();
 }
