@@ -110,6 +110,7 @@ typedef struct jval jval;
 typedef struct jlist jlist;
 typedef struct jdict jdict;
 typedef struct jnode jnode;
+typedef struct jmacro jmacro;
 
 struct jval {
     jtype t;
@@ -119,7 +120,7 @@ struct jval {
         const jstr *s;
         jlist *l;
         jdict *d;
-        const jnode *m;
+        const jmacro *m;
         int fn;
     } u;
 };
@@ -740,8 +741,9 @@ static void lex(lexer *L) {
 /* ---- the tree ---- */
 
 enum {
-    S_BODY, S_TEXT, S_OUT, S_IF, S_FOR, S_SET, S_SETBLOCK, S_MACRO, S_BREAK, S_CONTINUE,
-    E_LIT, E_NAME, E_ATTR, E_INDEX, E_SLICE, E_CALL, E_FILTER, E_TEST, E_NOT, E_NEG, E_BIN, E_AND, E_OR, E_COND, E_LIST, E_DICT
+    S_BODY, S_TEXT, S_OUT, S_IF, S_FOR, S_SET, S_SETBLOCK, S_MACRO, S_BREAK, S_CONTINUE, S_WITH, S_FILTERBLOCK, S_CALLBLOCK,
+    E_LIT, E_NAME, E_ATTR, E_INDEX, E_SLICE, E_CALL, E_FILTER, E_TEST, E_NOT, E_NEG, E_BIN, E_AND, E_OR, E_COND, E_LIST, E_DICT,
+    E_BLOCK /* a filter block's text (S_FILTERBLOCK) */
 };
 #define OP_TUPLE 1 /* E_LIST's op: a tuple */
 
@@ -1078,6 +1080,25 @@ static jnode *parse_expr(parser *P, int condexpr) {
  * *which: the end tag found (its name consumed, the rest of its tag not). */
 static jnode *parse_body(parser *P, const char *const *ends, const char **which);
 
+/* A macro's parameters, the '(' read: names (with their defaults as x's kids, NULL where none) up to ')'. */
+static void parse_params(parser *P, jnode *x) {
+    const jstr *names[64];
+    int nn = 0;
+    while (!is_op(P->t, ')')) {
+        if (nn == 64) perr(P, "too many parameters");
+        names[nn++] = expect_name(P, "expected a parameter");
+        jnode *def = NULL;
+        if (is_op(P->t, '=')) P->t++, def = parse_expr(P, 1);
+        add_kid(P, x, def, NULL);
+        if (!is_op(P->t, ',')) break;
+        P->t++;
+    }
+    expect_op(P, ')', "expected ')' after the parameters");
+    x->names = jalloc(P->c, sizeof *x->names * (size_t)(nn ? nn : 1));
+    memcpy(x->names, names, sizeof *names * (size_t)nn);
+    x->n_names = nn;
+}
+
 static jnode *parse_stmt(parser *P) {
     const jtok *t = P->t;
     const int line = t->line;
@@ -1144,23 +1165,50 @@ static jnode *parse_stmt(parser *P) {
         x = node(P, S_MACRO, 0);
         x->s = expect_name(P, "expected a macro's name");
         expect_op(P, '(', "expected '(' after the macro's name");
+        parse_params(P, x);
+        expect_end(P);
+        static const char *const end[] = {"endmacro", NULL};
+        add_kid(P, x, parse_body(P, end, &which), NULL);
+    } else if (is_name(t, "call")) { /* {% call[(params)] m(args) %}: m runs with caller, a macro of the body */
+        x = node(P, S_CALLBLOCK, 2);
+        jnode *m = node(P, S_MACRO, 0);
+        m->s = str_new(P->c, "caller", 6);
+        if (is_op(P->t, '(')) P->t++, parse_params(P, m);
+        x->kid[0] = parse_expr(P, 1);
+        if (x->kid[0]->kind != E_CALL) perr(P, "expected a macro's call after 'call'");
+        expect_end(P);
+        static const char *const end[] = {"endcall", NULL};
+        add_kid(P, m, parse_body(P, end, &which), NULL);
+        x->kid[1] = m;
+    } else if (is_name(t, "filter")) { /* {% filter f(args) | g %}: the body's text through the filters */
+        x = node(P, S_FILTERBLOCK, 2);
+        jnode *f = node(P, E_FILTER, 0);
+        f->s = expect_name(P, "expected a filter's name after 'filter'");
+        jnode *text = node(P, E_BLOCK, 0);
+        text->s = x->s = str_new(P->c, " block", 6); /* (a name no template can write) */
+        add_kid(P, f, text, NULL);
+        if (is_op(P->t, '(')) parse_args(P, f);
+        x->kid[0] = parse_filters(P, f);
+        expect_end(P);
+        static const char *const end[] = {"endfilter", NULL};
+        x->kid[1] = parse_body(P, end, &which);
+    } else if (is_name(t, "with")) { /* {% with a = x, b = y %}: a scope of its own */
+        x = node(P, S_WITH, 0);
         const jstr *names[64];
         int nn = 0;
-        while (!is_op(P->t, ')')) {
-            if (nn == 64) perr(P, "too many parameters");
-            names[nn++] = expect_name(P, "expected a parameter");
-            jnode *def = NULL;
-            if (is_op(P->t, '=')) P->t++, def = parse_expr(P, 1);
-            add_kid(P, x, def, NULL);
+        while (P->t->t == T_NAME) {
+            if (nn == 64) perr(P, "too many names");
+            names[nn++] = expect_name(P, "expected a name");
+            expect_op(P, '=', "expected '=' after a name in 'with'");
+            add_kid(P, x, parse_expr(P, 1), NULL);
             if (!is_op(P->t, ',')) break;
             P->t++;
         }
-        expect_op(P, ')', "expected ')' after the parameters");
         x->names = jalloc(P->c, sizeof *x->names * (size_t)(nn ? nn : 1));
         memcpy(x->names, names, sizeof *names * (size_t)nn);
         x->n_names = nn;
         expect_end(P);
-        static const char *const end[] = {"endmacro", NULL};
+        static const char *const end[] = {"endwith", NULL};
         add_kid(P, x, parse_body(P, end, &which), NULL);
     } else if (is_name(t, "break") || is_name(t, "continue")) {
         x = node(P, is_name(t, "break") ? S_BREAK : S_CONTINUE, 0);
@@ -1274,6 +1322,13 @@ typedef struct frame {
     struct frame *parent;
 } frame;
 
+/* A macro as a value: its definition, and the scope it sees (NULL: the template's globals alone; a
+ * call block's caller: the scope of the block, whose loop variables and sets its body reads). */
+struct jmacro {
+    const jnode *m;
+    frame *scope;
+};
+
 typedef struct {
     jctx c;
     int calls;
@@ -1350,7 +1405,7 @@ static int equal(render *r, jval a, jval b, int depth) {
             if (k < 0 || !equal(r, a.u.d->v[i], b.u.d->v[k], depth + 1)) return 0;
         }
         return 1;
-    case V_MACRO: return a.u.m == b.u.m;
+    case V_MACRO: return a.u.m->m == b.u.m->m;
     case V_FUNC: return a.u.fn == b.u.fn;
     default: return 0;
     }
@@ -1883,7 +1938,7 @@ static jval method(render *r, jval obj, const jstr *name, const jargs *a) {
     jfail(&r->c, NV_EFORMAT, "a %s has no method '%.*s'", type_name(obj), (int)name->n, name->s);
 }
 
-static jval call_macro(render *r, const jnode *m, const jargs *a);
+static jval call_macro(render *r, const jmacro *mc, const jargs *a, const jmacro *caller);
 
 static jval call_fn(render *r, int fn, const jargs *a) {
     if (fn == FN_RANGE) {
@@ -1930,7 +1985,7 @@ static jval call_fn(render *r, int fn, const jargs *a) {
 }
 
 static jval call_value(render *r, jval f, const jargs *a, const char *what) {
-    if (f.t == V_MACRO) return call_macro(r, f.u.m, a);
+    if (f.t == V_MACRO) return call_macro(r, f.u.m, a, NULL);
     if (f.t == V_FUNC) return call_fn(r, f.u.fn, a);
     if (f.t == V_UNDEF) jfail(&r->c, NV_EFORMAT, "'%s' is undefined", what);
     jfail(&r->c, NV_EFORMAT, "'%s' is a %s, not callable", what, type_name(f));
@@ -2393,7 +2448,8 @@ static jval eval_node(render *r, const jnode *x) {
     step(r, x);
     switch (x->kind) {
     case E_LIT: return x->lit;
-    case E_NAME: return lookup(r->cur, x->s);
+    case E_NAME:
+    case E_BLOCK: return lookup(r->cur, x->s);
     case E_ATTR: return get_attr(r, eval(r, x->kid[0]), x->s->s, x->s->n);
     case E_INDEX: return get_item(r, eval(r, x->kid[0]), eval(r, x->kid[1]));
     case E_SLICE: {
@@ -2484,9 +2540,12 @@ static jval capture(render *r, const jnode *body, frame *f) {
     return sink_val(&r->c, &s);
 }
 
-static jval call_macro(render *r, const jnode *m, const jargs *a) {
+/* caller: a call block's body as the macro's `caller` (NULL: none, and `caller` is undefined) */
+static jval call_macro(render *r, const jmacro *mc, const jargs *a, const jmacro *caller) {
     if (++r->calls > J_MAX_CALL_DEPTH) jfail(&r->c, NV_ERANGE, "macros called %d deep", J_MAX_CALL_DEPTH);
-    frame *f = push_frame(r, r->root), *saved = r->cur;
+    const jnode *m = mc->m;
+    frame *f = push_frame(r, mc->scope ? mc->scope : r->root), *saved = r->cur;
+    if (caller) dict_setc(&r->c, f->vars, "caller", (jval){.t = V_MACRO, .u.m = caller});
     int pos = 0;
     for (int i = 0; i < a->n; i++) {
         if (a->kw[i]) {
@@ -2604,7 +2663,35 @@ static void exec_body(render *r, const jnode *body, frame *f, int *flow) {
             break;
         }
         case S_SETBLOCK: dict_set(&r->c, f->vars, x->names[0], capture(r, x->kid[0], f)); break;
-        case S_MACRO: dict_set(&r->c, f->vars, x->s, (jval){.t = V_MACRO, .u.m = x}); break;
+        case S_MACRO: {
+            jmacro *mc = jalloc(&r->c, sizeof *mc);
+            mc->m = x;
+            dict_set(&r->c, f->vars, x->s, (jval){.t = V_MACRO, .u.m = mc});
+            break;
+        }
+        case S_WITH: { /* the values from the scope around it, then the body in a scope of its own */
+            frame *inner = push_frame(r, f);
+            for (int k = 0; k < x->n_names; k++) dict_set(&r->c, inner->vars, x->names[k], eval(r, x->kid[k]));
+            exec_body(r, x->kid[x->n_names], inner, flow);
+            break;
+        }
+        case S_FILTERBLOCK: {
+            frame *inner = push_frame(r, f);
+            dict_set(&r->c, inner->vars, x->s, capture(r, x->kid[1], inner));
+            r->cur = inner;
+            put_str(&r->c, r->out, eval(r, x->kid[0]), 0);
+            break;
+        }
+        case S_CALLBLOCK: {
+            const jnode *call = x->kid[0];
+            const jval fn = eval(r, call->kid[0]);
+            if (fn.t != V_MACRO) jfail(&r->c, NV_EFORMAT, "a call block calls a macro, not a %s", type_name(fn));
+            const jargs a = eval_args(r, call, 1);
+            jmacro *caller = jalloc(&r->c, sizeof *caller);
+            caller->m = x->kid[1], caller->scope = f;
+            put_str(&r->c, r->out, call_macro(r, fn.u.m, &a, caller), 0);
+            break;
+        }
         case S_BREAK: *flow = FLOW_BREAK; break;
         case S_CONTINUE: *flow = FLOW_CONTINUE; break;
         case S_BODY: exec_body(r, x, f, flow); break;
