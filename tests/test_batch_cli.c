@@ -232,34 +232,46 @@ static void test_batch_resume(void) {
     free_lines(full, n);
 }
 
-/* SIGINT: the requests running finish, the rest are not sent; the output holds the answered ones
- * whole, exit 130; --resume then answers the rest. */
-static void test_batch_interrupt(void) {
-    if (!model_path() || !tok_path()) return;
-    FILE *f = fopen(t_path("i_in.jsonl"), "w");
+/* SIGINT (or SIGHUP): the requests running finish, the rest are not sent; the output holds the
+ * answered ones whole, exit 130; --resume then answers the rest. */
+/* 16 requests of 30 steps (tag's custom ids and files) started two at a time as a child process,
+ * its stderr in TAG_err.txt; returns its pid once the server runs (the run takes ~6 s at 25 ms a step). */
+static pid_t start_slow_batch(const char *tag) {
+    char in[64], out[64], err_name[64];
+    snprintf(in, sizeof in, "%s_in.jsonl", tag);
+    snprintf(out, sizeof out, "%s_out.jsonl", tag);
+    snprintf(err_name, sizeof err_name, "%s_err.txt", tag);
+    FILE *f = fopen(t_path(in), "w");
     for (int i = 0; i < 16; i++)
-        fprintf(f, "{\"custom_id\":\"i%d\",\"method\":\"POST\",\"url\":\"/v1/completions\",\"body\":{\"prompt\":\"Once\",\"max_tokens\":30,\"temperature\":0}}\n", i);
+        fprintf(f, "{\"custom_id\":\"%s%d\",\"method\":\"POST\",\"url\":\"/v1/completions\",\"body\":{\"prompt\":\"Once\",\"max_tokens\":30,\"temperature\":0}}\n",
+                tag, i);
     fclose(f);
     char cmd[4096];
     snprintf(cmd, sizeof cmd, "exec env NERVE_TEST_STEP_DELAY_MS=25 '%s' batch -m '%s' -z '%s' " SERVE_FLAGS " -i '%s' -o '%s' --parallel 2 2>'%s'",
-             t_nerve_bin(), model_path(), tok_path(), t_path("i_in.jsonl"), t_path("i_out.jsonl"), t_path("i_err.txt"));
+             t_nerve_bin(), model_path(), tok_path(), t_path(in), t_path(out), t_path(err_name));
     pid_t pid = fork();
     if (pid == 0) {
         execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
         _exit(127);
     }
-    /* 16 requests of 30 steps two at a time take ~6 s at 25 ms a step: interrupt once the server runs */
     char *err = NULL;
     for (double t0 = now_s(); now_s() - t0 < 30; sleep_ms(20)) {
         free(err), err = NULL;
-        nv_file_read_all(t_path("i_err.txt"), &err, NULL);
+        nv_file_read_all(t_path(err_name), &err, NULL);
         if (err && strstr(err, "its requests to a server")) break;
     }
+    free(err);
+    return pid;
+}
+
+static void test_batch_interrupt(void) {
+    if (!model_path() || !tok_path()) return;
+    const pid_t pid = start_slow_batch("i");
     sleep_ms(1200);
     kill(pid, SIGINT);
     int st = 0;
     waitpid(pid, &st, 0);
-    free(err), err = NULL;
+    char *err = NULL;
     nv_file_read_all(t_path("i_err.txt"), &err, NULL);
     T_CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 130 && err && strstr(err, "--resume runs them"), "status %d: %s", st, err ? err : "");
     free(err);
@@ -269,6 +281,16 @@ static void test_batch_interrupt(void) {
     for (int i = 0; i < n; i++) T_CHECK(status_of(lines[i]) == 200, "line %d: status %d", i, status_of(lines[i]));
     free_lines(lines, n);
     T_CHECK(access(t_path("i_out.jsonl.partial"), F_OK) != 0, "the partial file was left");
+    /* SIGHUP (the terminal closed) stops it the same way */
+    const pid_t hup = start_slow_batch("h");
+    sleep_ms(600);
+    kill(hup, SIGHUP);
+    waitpid(hup, &st, 0);
+    int nh = 0;
+    cJSON **hl = read_lines(t_path("h_out.jsonl"), &nh);
+    T_CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 130 && nh >= 1 && nh < 16 && access(t_path("h_out.jsonl.partial"), F_OK) != 0,
+            "SIGHUP: status %d, %d answers written", st, nh);
+    free_lines(hl, nh);
     int rc = run_batch("i_in.jsonl", "i_out.jsonl", "--resume");
     char want[64];
     snprintf(want, sizeof want, "%d requests answered (0 with an error)", 16 - n);
@@ -283,6 +305,45 @@ static void test_batch_interrupt(void) {
     }
     free(first);
     free_lines(lines, n);
+}
+
+/* A run killed outright (SIGKILL) leaves its answers in OUT.partial, a whole line each as it came: a
+ * new run is refused while it is there, and --resume keeps its whole lines (a last one cut short
+ * dropped) and runs the rest. */
+static void test_batch_killed(void) {
+    if (!model_path() || !tok_path()) return;
+    const pid_t pid = start_slow_batch("k");
+    int n = 0;
+    cJSON **lines = NULL;
+    for (double t0 = now_s(); n < 3 && now_s() - t0 < 30; sleep_ms(50)) {
+        free_lines(lines, n);
+        lines = read_lines(t_path("k_out.jsonl.partial"), &n);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    free_lines(lines, n);
+    lines = read_lines(t_path("k_out.jsonl.partial"), &n);
+    T_CHECK(n >= 3 && n < 16 && access(t_path("k_out.jsonl"), F_OK) != 0, "%d answers in the killed run's .partial", n);
+    for (int i = 0; i < n; i++) T_CHECK(status_of(lines[i]) == 200, "line %d: status %d", i, status_of(lines[i]));
+    free_lines(lines, n);
+    FILE *f = fopen(t_path("k_out.jsonl.partial"), "a"); /* a line the kill cut short */
+    if (f) fputs("{\"id\":\"batch_req_x\",\"custom_id\":\"k15\",\"respo", f), fclose(f);
+    int rc = run_batch("k_in.jsonl", "k_out.jsonl", "");
+    T_CHECK(rc == 1 && strstr(t_err, ".partial holds the answers") && access(t_path("k_out.jsonl.partial"), F_OK) == 0,
+            "without --resume: exit %d: %s", rc, t_err);
+    rc = run_batch("k_in.jsonl", "k_out.jsonl", "--resume");
+    char want[64];
+    snprintf(want, sizeof want, "%d requests answered (0 with an error)", 16 - n);
+    T_CHECK(rc == 0 && strstr(t_err, want), "--resume: exit %d: %s", rc, t_err);
+    int m = 0;
+    lines = read_lines(t_path("k_out.jsonl"), &m);
+    int seen[16] = {0}, ok = m == 16;
+    for (int i = 0; i < m && ok; i++) {
+        const int k = atoi(str_of(lines[i], "custom_id") + 1);
+        ok = k >= 0 && k < 16 && !seen[k]++ && status_of(lines[i]) == 200;
+    }
+    T_CHECK(ok && access(t_path("k_out.jsonl.partial"), F_OK) != 0, "%d lines after --resume, each request once", m);
+    free_lines(lines, m);
 }
 
 /* Anthropic's Message Batches: {"custom_id", "params"} lines answered {"custom_id", "result": {"type":
@@ -352,6 +413,7 @@ int main(void) {
     T_RUN(test_batch_refuses);
     T_RUN(test_batch_resume);
     T_RUN(test_batch_interrupt);
+    T_RUN(test_batch_killed);
     T_RUN(test_batch_anthropic);
     return t_done();
 }

@@ -5,9 +5,10 @@
  * together and each answer is exactly what `nerve serve` gives that body; the output is OpenAI's
  * batch output ({"id", "custom_id", "response": {"status_code", "request_id", "body"}, "error"}),
  * a line per request in the input's order. The whole input is checked before the model loads. The
- * output is written to OUT.partial and renamed over OUT at the end or on SIGINT/SIGTERM (with the
- * requests answered by then), so an OUT is never half a line; --resume keeps the successful
- * answers an OUT holds and runs the rest. */
+ * output is written to OUT.partial, a line as each answer comes (in order), and renamed over OUT at
+ * the end or on SIGINT/SIGTERM/SIGHUP (with the requests answered by then), so an OUT is never half
+ * a line; --resume keeps the successful answers an OUT holds, and those of an OUT.partial a run
+ * killed outright left, and runs the rest. */
 #include <errno.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -37,13 +38,15 @@ static void usage(FILE *f) {
             "  -o, --output-file F  OpenAI's batch output, a line per request in the input's order: {\"id\",\n"
             "                       \"custom_id\", \"response\": {\"status_code\", \"request_id\", \"body\": the\n"
             "                       answer}, \"error\": null} (\"response\": null and an \"error\" when no answer came);\n"
-            "                       written whole at the end or on SIGINT/SIGTERM (F.partial until then)\n"
+            "                       written whole at the end or on SIGINT/SIGTERM/SIGHUP (F.partial until then,\n"
+            "                       a line as each answer comes)\n"
             "                       Or Anthropic's Message Batches: {\"custom_id\", \"params\": the /v1/messages request}\n"
             "                       lines, answered {\"custom_id\", \"result\": {\"type\": \"succeeded\", \"message\"} or\n"
             "                       {\"type\": \"errored\", \"error\"}} (a file holds one format)\n"
             "  --parallel N         requests sent at once (default: twice --max-batch, so a freed slot has one waiting)\n"
-            "  --resume             F exists: keep its successful answers (status 2xx) and run the other requests\n"
-            "                       (without it an existing F is refused)\n"
+            "  --resume             keep the successful answers (status 2xx) F holds, and F.partial (a run killed\n"
+            "                       outright), and run the other requests (without it an existing F or F.partial\n"
+            "                       is refused)\n"
             "The requests run on a server of this process's own (127.0.0.1, a free port, a random key): every\n"
             "option of nerve serve but --host, --port, --api-key(-file), --ssl-* and --cors applies (see\n"
             "nerve serve --help). A request answered with an error status is written with it and counted; the\n"
@@ -72,8 +75,8 @@ static int check_line(void *ctx, char *line, int no) {
 typedef struct {
     const char *path;
     const nv_batch_set *set;
-    char *done; /* [set->n]: 1 where a 2xx answer is kept */
-    FILE *out;  /* the kept lines are copied here */
+    char *done;  /* [set->n]: 1 where a 2xx answer is kept */
+    nv_buf kept_lines; /* the kept lines, each with its line break */
     int kept, dropped;
 } resume_ctx;
 
@@ -87,7 +90,9 @@ static int resume_line(void *ctx, char *line, int no) {
         return 0;
     }
     r->done[at] = 1, r->kept++;
-    return fprintf(r->out, "%s\n", line) < 0 ? cli_error(CMD, 1, "cannot write: %s", strerror(errno)) : 0;
+    nv_buf_append(&r->kept_lines, line, strlen(line));
+    nv_buf_append(&r->kept_lines, "\n", 1);
+    return r->kept_lines.oom ? cli_error(CMD, 1, "out of memory") : 0;
 }
 
 /* ---- running ---------------------------------------------------------------------------------------- */
@@ -108,14 +113,18 @@ typedef struct {
 /* Writes the answered lines that follow the written ones in order (under the runner's lock); final:
  * every answered line, past those never answered. */
 static void write_ready(batch_run *b, int final) {
+    int wrote = 0;
     for (; b->next_write < b->run.n_todo; b->next_write++) {
         char *line = b->results[b->next_write];
         if (!line && !final) break;
         if (!line) continue;
         if (!b->write_error && fprintf(b->out, "%s\n", line) < 0) b->write_error = errno ? errno : EIO;
+        wrote = 1;
         free(line);
         b->results[b->next_write] = NULL;
     }
+    /* in the file as they come: a run killed outright leaves them for --resume (OUT.partial) */
+    if (wrote && !b->write_error && fflush(b->out) != 0) b->write_error = errno ? errno : EIO;
 }
 
 /* How far the batch is: a terminal's line redrawn twice a second, a log's (stderr not a terminal) a
@@ -223,11 +232,12 @@ int cmd_batch(int argc, char **argv) {
     }
 
     nv_batch_set set;
-    char *in_text = NULL, *out_text = NULL, *done = NULL, tmp[4200];
+    char *in_text = NULL, *out_text = NULL, *partial_text = NULL, *done = NULL, tmp[4200];
     batch_run b = {.run = {.set = &set, .on_result = on_result}, .parallel = parallel, .tty = isatty(STDERR_FILENO)};
     int *todo = NULL;
-    int rc = 1;
+    int rc = 1, partial_exists = 0;
     FILE *out = NULL;
+    resume_ctx rc_ctx = {.set = &set};
     if (nv_batch_set_init(&set) != NV_OK) {
         free(pass);
         return cli_error(CMD, 1, "out of memory");
@@ -245,21 +255,47 @@ int cmd_batch(int argc, char **argv) {
         goto end;
     }
     if (!(done = calloc((size_t)set.n, 1))) goto end;
+    rc_ctx.done = done;
     const int out_exists = nv_file_exists(out_path);
+    snprintf(tmp, sizeof tmp, "%s.partial", out_path);
+    partial_exists = nv_file_exists(tmp);
     if (out_exists && !resume) {
         cli_error(CMD, 1, "%s exists: --resume keeps its answers and runs the other requests, or choose another -o", out_path);
         goto end;
     }
-    snprintf(tmp, sizeof tmp, "%s.partial", out_path);
-    if (!(out = fopen(tmp, "w"))) {
-        cli_error(CMD, 1, "cannot write %s: %s", tmp, strerror(errno));
+    if (partial_exists && !resume) {
+        cli_error(CMD, 1, "%s holds the answers of a run that did not end: --resume keeps them and runs the other requests (remove it to start afresh)",
+                  tmp);
         goto end;
     }
-    resume_ctx rc_ctx = {.path = out_path, .set = &set, .done = done, .out = out};
+    /* the answers kept: a stopped run's OUT.partial (its whole lines: the last may be cut), then OUT's */
+    if (partial_exists) {
+        if (!cli_read_text(CMD, "-o", tmp, &partial_text, NULL)) goto end;
+        char *end_of_whole = strrchr(partial_text, '\n');
+        *(end_of_whole ? end_of_whole + 1 : partial_text) = '\0';
+        rc_ctx.path = tmp;
+        if (nv_batch_for_lines(partial_text, resume_line, &rc_ctx) != 0) goto end;
+    }
     if (out_exists) {
         if (!cli_read_text(CMD, "-o", out_path, &out_text, NULL)) goto end;
+        rc_ctx.path = out_path;
         if (nv_batch_for_lines(out_text, resume_line, &rc_ctx) != 0) goto end;
-        nv_info("batch: %s: %d answers kept, %d to run again", out_path, rc_ctx.kept, rc_ctx.dropped);
+    }
+    if (out_exists || partial_exists)
+        nv_info("batch: %s%s: %d answers kept, %d to run again", out_path, partial_exists ? " and its .partial" : "", rc_ctx.kept,
+                rc_ctx.dropped);
+    /* OUT.partial holds the kept answers (written whole: a run killed meanwhile finds it as it was),
+       the new ones added as they come */
+    if (partial_exists || rc_ctx.kept) {
+        const nv_iov part = {rc_ctx.kept_lines.data ? rc_ctx.kept_lines.data : "", rc_ctx.kept_lines.len};
+        if (nv_file_write_atomic(tmp, &part, 1) != NV_OK) {
+            cli_error(CMD, 1, "%s", nv_errmsg());
+            goto end;
+        }
+    }
+    if (!(out = fopen(tmp, partial_exists || rc_ctx.kept ? "a" : "w"))) {
+        cli_error(CMD, 1, "cannot write %s: %s", tmp, strerror(errno));
+        goto end;
     }
     if (!(todo = malloc((size_t)set.n * sizeof *todo)) || !(b.results = calloc((size_t)set.n, sizeof *b.results))) goto end;
     for (int i = 0; i < set.n; i++)
@@ -307,8 +343,10 @@ int cmd_batch(int argc, char **argv) {
 end:
     if (out) {
         fclose(out);
-        unlink(tmp);
+        if (!rc_ctx.kept && !b.answered) unlink(tmp); /* (answers there wait for --resume) */
     }
+    nv_buf_free(&rc_ctx.kept_lines);
+    free(partial_text);
     for (int i = 0; b.results && i < set.n; i++) free(b.results[i]);
     free(b.results);
     free(todo);

@@ -1,6 +1,6 @@
 /* nerve serve: an OpenAI-compatible HTTP server with continuous batching over a paged KV cache
  * with a prefix cache (RAM tier in the pool, SSD tier on disk). Loads the model and tokenizer, starts the scheduler loop (serve/sched.h) and the HTTP front
- * (serve/http.h), then waits for SIGINT/SIGTERM: on the first it stops accepting, ends queued
+ * (serve/http.h), then waits for SIGINT/SIGTERM/SIGHUP: on the first it stops accepting, ends queued
  * requests (503), lets running ones finish for up to GRACE_S seconds, cancels the rest and exits
  * 0; a second signal cancels at once. cli_serve_run with a job (`nerve batch`) runs the job beside
  * the server instead of waiting, passing the signals on to it, and stops the server when it ends. */
@@ -475,6 +475,7 @@ int cli_serve_run(int argc, char **argv, const cli_serve_job *job) {
     sigemptyset(&sigs);
     sigaddset(&sigs, SIGINT);
     sigaddset(&sigs, SIGTERM);
+    sigaddset(&sigs, SIGHUP); /* (a terminal that closes: the same orderly stop) */
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
     signal(SIGXFSZ, SIG_IGN); /* a file size limit makes the SSD tier's writes fail (EFBIG), not the server */
@@ -799,7 +800,7 @@ int cli_serve_run(int argc, char **argv, const cli_serve_job *job) {
         while (sigwait(&sigs, &sig) != 0) {
         }
         fprintf(stderr, "nerve serve: %s: finishing running requests (up to %.0f s), then stopping\n",
-                sig == SIGINT ? "SIGINT" : "SIGTERM", GRACE_S);
+                sig == SIGINT ? "SIGINT" : sig == SIGHUP ? "SIGHUP" : "SIGTERM", GRACE_S);
     }
     nv_batches_stop(batches, 1); /* a batch's requests still running finish; the rest wait for the next start */
     nv_ftjobs_stop(ftjobs);      /* a trainer saves its checkpoint meanwhile */
