@@ -1,9 +1,12 @@
 /* The nerve command end to end: generate's golden output, init, tokenize, info, and errors. */
+#include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cjson/cJSON.h>
 
+#include "base/file.h"
 #include "t.h"
 
 
@@ -358,6 +361,55 @@ static void test_init_then_generate(void) {
     T_CHECK(t_nerve(args) == 2 && count_lines(t_err) == 1, "bad preset: %s", t_err);
 }
 
+/* Files written whole: the mode of the file replaced is kept, a link planted at the temporary name is
+ * not followed, and a writing command stopped by SIGINT part way leaves neither its temporary file
+ * nor a part of its output. */
+static void test_atomic_writes(void) {
+    char path[700], tmpname[760], victim[700];
+    snprintf(path, sizeof path, "%s/atomic.txt", t_tmpdir());
+    snprintf(victim, sizeof victim, "%s/victim.txt", t_tmpdir());
+    FILE *f = fopen(path, "w");
+    if (f) fputs("old", f), fclose(f);
+    chmod(path, 0660); /* (group write: a umask of 022 would take it from a new file) */
+    f = fopen(victim, "w");
+    if (f) fputs("keep", f), fclose(f);
+    snprintf(tmpname, sizeof tmpname, "%s.tmp.%ld", path, (long)getpid());
+    T_CHECK(symlink(victim, tmpname) == 0, "a link at %s", tmpname);
+    const mode_t mask = umask(022);
+    T_CHECK(nv_file_write_atomic(path, &(nv_iov){"new", 3}, 1) == NV_OK, "%s", nv_errmsg());
+    umask(mask);
+    struct stat st;
+    char *text = NULL, *kept = NULL;
+    nv_file_read_all(path, &text, NULL);
+    nv_file_read_all(victim, &kept, NULL);
+    T_CHECK(stat(path, &st) == 0 && (st.st_mode & 0777) == 0660 && text && !strcmp(text, "new") && kept && !strcmp(kept, "keep") &&
+                lstat(tmpname, &st) != 0,
+            "mode %o, '%s', the link's target '%s'", (unsigned)(st.st_mode & 0777), text ? text : "", kept ? kept : "");
+    free(text), free(kept);
+    /* nerve init of a large model, stopped while it writes (its temporary file seen) */
+    char out[700], cmd[2048];
+    snprintf(out, sizeof out, "%s/big.bin", t_tmpdir());
+    snprintf(cmd, sizeof cmd, "exec '%s' init --preset stories110M -o '%s' 2>/dev/null", t_nerve_bin(), out);
+    const pid_t pid = fork();
+    if (pid == 0) {
+        signal(SIGINT, SIG_DFL); /* (a shell may have started the tests with it ignored) */
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    snprintf(tmpname, sizeof tmpname, "%s.tmp.%ld", out, (long)pid);
+    int seen = 0;
+    for (int i = 0; i < 60000 && !seen && waitpid(pid, NULL, WNOHANG) == 0; i++) {
+        seen = access(tmpname, F_OK) == 0;
+        if (!seen) usleep(500);
+    }
+    if (seen) kill(pid, SIGINT);
+    int wst = 0;
+    waitpid(pid, &wst, 0);
+    T_CHECK(seen && WIFSIGNALED(wst) && WTERMSIG(wst) == SIGINT && access(tmpname, F_OK) != 0 && access(out, F_OK) != 0,
+            "init stopped while writing: temporary file %s, status %d, it %s, the output %s", seen ? "seen" : "never seen", wst,
+            access(tmpname, F_OK) ? "removed" : "left", access(out, F_OK) ? "absent" : "there");
+}
+
 static void test_tokenize(void) {
     const char *z = t_data("tokenizers/tokenizer.bin");
     if (!z) return;
@@ -418,6 +470,15 @@ static void test_info(void) {
     T_CHECK(t_nerve("version") == 0 && !strncmp(t_out, "nerve ", 6), "version: '%s'", t_out);
     T_CHECK(t_nerve("--versions") == 2, "an unknown command accepted");
     T_CHECK(t_nerve("info") == 0, "info failed: %s", t_err);
+    /* its output into a full disk: a failure, said in one line */
+    char full[1200], err_path[700], *said = NULL;
+    snprintf(err_path, sizeof err_path, "%s/full_err.txt", t_tmpdir());
+    snprintf(full, sizeof full, "'%s' info > /dev/full 2> '%s'", t_nerve_bin(), err_path);
+    const int full_st = system(full);
+    nv_file_read_all(err_path, &said, NULL);
+    T_CHECK(WIFEXITED(full_st) && WEXITSTATUS(full_st) == 1 && said && count_lines(said) == 1 && strstr(said, "writing its output failed"),
+            "info into /dev/full: status %d, '%s'", full_st, said ? said : "");
+    free(said);
     const char *want[] = {"nerve:", "cpu:", "cores:", "memory:", "AVX2", "AVX-512F", "AVX512-BF16", "AMX-TILE", "AMX-BF16", "AMX-INT8",
                           "amx:", "scalar"};
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
@@ -451,6 +512,7 @@ int main(void) {
     T_RUN(test_chat);
     T_RUN(test_init_then_generate);
     T_RUN(test_tokenize);
+    T_RUN(test_atomic_writes);
     T_RUN(test_bad_input_one_line_errors);
     T_RUN(test_info);
     return t_done();

@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -86,17 +87,62 @@ static int write_full(int fd, const void *p, size_t n) {
     return 0;
 }
 
+/* The temporary file of the atomic write in progress, for the signal handler nv_file_clean_on_signals
+ * installs (single-threaded commands only: one write at a time). */
+static char pending_tmp[4352];
+static volatile sig_atomic_t pending_on;
+static int clean_on_signals;
+
+static void unlink_pending_and_die(int sig) {
+    if (pending_on) unlink(pending_tmp); /* (async-signal-safe) */
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+void nv_file_clean_on_signals(void) {
+    static const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
+    for (size_t i = 0; i < sizeof sigs / sizeof *sigs; i++) {
+        struct sigaction old;
+        if (sigaction(sigs[i], NULL, &old) == 0 && old.sa_handler == SIG_DFL) signal(sigs[i], unlink_pending_and_die);
+    }
+    clean_on_signals = 1;
+}
+
+static void pending_set(const char *tmp) {
+    if (!clean_on_signals || strlen(tmp) >= sizeof pending_tmp) return;
+    pending_on = 0;
+    memcpy(pending_tmp, tmp, strlen(tmp) + 1);
+    pending_on = 1;
+}
+
+void nv_file_sync_parent(const char *path) {
+    const char *slash = strrchr(path, '/');
+    char dir[4352];
+    if (!slash) snprintf(dir, sizeof dir, ".");
+    else if ((size_t)(slash - path) < sizeof dir) snprintf(dir, sizeof dir, "%.*s", slash == path ? 1 : (int)(slash - path), path);
+    else return;
+    const int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd >= 0) fsync(fd), close(fd);
+}
+
 nv_err nv_file_write_atomic(const char *path, const nv_iov *parts, int n) {
     size_t plen = strlen(path);
     char *tmp = malloc(plen + 32);
     if (!tmp) return nv_fail(NV_ENOMEM, "out of memory");
     snprintf(tmp, plen + 32, "%s.tmp.%ld", path, (long)getpid());
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    /* a new file of our own (not one a link put there), with the mode of the file it replaces */
+    struct stat old;
+    const int had = stat(path, &old) == 0 && S_ISREG(old.st_mode);
+    unlink(tmp);
+    pending_set(tmp); /* (before the file is there: a signal from here on finds it named) */
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, had ? (old.st_mode & 0777) : 0644);
     if (fd < 0) {
         nv_err e = nv_fail(NV_EIO, "%s: %s", tmp, strerror(errno));
+        pending_on = 0;
         free(tmp);
         return e;
     }
+    if (had) fchmod(fd, old.st_mode & 07777); /* (the umask left out of it) */
     for (int i = 0; i < n; i++) {
         if (write_full(fd, parts[i].ptr, parts[i].len) != 0) goto fail;
     }
@@ -107,12 +153,15 @@ nv_err nv_file_write_atomic(const char *path, const nv_iov *parts, int n) {
     }
     fd = -1;
     if (rename(tmp, path) != 0) goto fail;
+    pending_on = 0;
+    nv_file_sync_parent(path);
     free(tmp);
     return NV_OK;
 fail:;
     nv_err e = nv_fail(NV_EIO, "%s: %s", path, strerror(errno));
     if (fd >= 0) close(fd);
     unlink(tmp);
+    pending_on = 0;
     free(tmp);
     return e;
 }
@@ -149,10 +198,14 @@ int64_t nv_file_mtime_ns(const char *p) {
     return stat(p, &st) == 0 ? (int64_t)st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec : -1;
 }
 
-void nv_remove_in_dir(const char *dir, const char *const *names, size_t n) {
+void nv_unlink_in_dir(const char *dir, const char *const *names, size_t n) {
     char path[4400];
     for (size_t i = 0; i < n; i++)
         if (snprintf(path, sizeof path, "%s/%s", dir, names[i]) < (int)sizeof path) unlink(path);
+}
+
+void nv_remove_in_dir(const char *dir, const char *const *names, size_t n) {
+    nv_unlink_in_dir(dir, names, n);
     rmdir(dir);
 }
 

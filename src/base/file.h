@@ -44,12 +44,18 @@ nv_err nv_read_i32(nv_reader *r, int32_t *v, const char *field);
 nv_err nv_read_u64(nv_reader *r, uint64_t *v, const char *field);
 nv_err nv_read_f32(nv_reader *r, float *v, const char *field);
 
-/* Writes the concatenation of n (ptr,len) parts to path atomically (tmp + fsync + rename). */
+/* Writes the concatenation of n (ptr,len) parts to path atomically (a new temporary file, fsync,
+ * rename, the folder synced), with the mode of the file it replaces. */
 typedef struct {
     const void *ptr;
     size_t len;
 } nv_iov;
 nv_err nv_file_write_atomic(const char *path, const nv_iov *parts, int n);
+/* For a single-threaded command: SIGINT, SIGTERM and SIGHUP (those left at their default) remove
+ * the temporary file of an atomic write in progress before the process dies of them. */
+void nv_file_clean_on_signals(void);
+/* The folder holding path synced, so a rename in it outlives a power cut. */
+void nv_file_sync_parent(const char *path);
 
 /* Reads a whole small file into a NUL-terminated heap buffer (caller frees). */
 nv_err nv_file_read_all(const char *path, char **out, size_t *len);
@@ -71,6 +77,8 @@ int64_t nv_file_mtime_ns(const char *path);
 /* Removes the files names[0, n) from dir (those absent ignored), then dir itself when that leaves it
  * empty: what a command wrote into a folder of its own, taken back. */
 void nv_remove_in_dir(const char *dir, const char *const *names, size_t n);
+/* The same without removing dir. */
+void nv_unlink_in_dir(const char *dir, const char *const *names, size_t n);
 /* 1 when path names a folder (symbolic links followed). */
 int nv_file_is_dir(const char *path);
 /* Process pid's state letter as /proc/PID/stat gives it (R, S, T, Z, ...), 0 when there is no such

@@ -179,13 +179,7 @@ static int commit_output(FILE *f, const char *tmp, const char *path) {
         unlink(tmp);
         return 0;
     }
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (slash) *slash = '\0';
-    else snprintf(dir, sizeof dir, ".");
-    FILE *d = fopen(dir, "r");
-    if (d) fsync(fileno(d)), fclose(d);
+    nv_file_sync_parent(path);
     return 1;
 }
 
