@@ -185,6 +185,37 @@ static void test_export_layout_and_golden(void) {
     free(gold);
 }
 
+/* An export into a folder that held a model: the earlier model's files this one does not write go
+ * (a shard index, a template file, and without -z its tokenizer); one that fails part way leaves no
+ * config.json, so the folder is no model rather than the earlier config beside new weights. */
+static void test_export_over_a_model(void) {
+    const char *dir = folder("over");
+    const char *bin = export_260k(dir, "f32");
+    if (!bin) return;
+    char path[800], args[2400];
+    static const char *const stale[] = {"model.safetensors.index.json", "chat_template.jinja"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, stale[i]);
+        FILE *f = fopen(path, "w");
+        if (f) fputs("{}", f), fclose(f);
+    }
+    snprintf(args, sizeof args, "export %s -o %s/ --type bf16", bin, dir);
+    T_CHECK(t_nerve(args) == 0, "export without -z: %s", t_err);
+    static const char *const gone[] = {"model.safetensors.index.json", "chat_template.jinja", "tokenizer.json", "tokenizer_config.json"};
+    for (int i = 0; i < 4; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, gone[i]);
+        T_CHECK(!nv_file_exists(path), "%s is left beside the new weights", gone[i]);
+    }
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    T_CHECK(nv_file_exists(path), "no config.json");
+    snprintf(path, sizeof path, "%s/tokenizer_config.json/x", dir); /* a name the export cannot write */
+    T_CHECK(nv_mkdirs(path) == NV_OK, "%s", path);
+    snprintf(args, sizeof args, "export %s -z %s -o %s/ --type f32", bin, t_data("models/tok512.bin"), dir);
+    T_CHECK(t_nerve(args) == 1, "an export that cannot write its tokenizer's config: %s", t_err);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    T_CHECK(!nv_file_exists(path), "a failed export left the earlier config.json beside its weights");
+}
+
 /* bf16 and f16 weights: each value the nearest of its type to the fp32 one. */
 static void test_half_types(void) {
     const char *types[] = {"bf16", "f16"};
@@ -1244,6 +1275,7 @@ static void test_peft_lora(void) {
 
 int main(void) {
     T_RUN(test_export_layout_and_golden);
+    T_RUN(test_export_over_a_model);
     T_RUN(test_half_types);
     T_RUN(test_qwen_shapes);
     T_RUN(test_shards);

@@ -915,6 +915,35 @@ static void perplexity_line(const char *model, char *out, size_t cap) {
     free(text);
 }
 
+/* Saves that fail: a final model that cannot be written (its path a folder) fails the run, saying the
+ * checkpoint holds the weights; a best/ that cannot be written (its .part a file) is a warning, and
+ * the run's figures name what best/ holds (no best, here), not the evaluation it failed to keep. */
+static void test_failed_saves(void) {
+    if (!t_data("corpus/tinystories_valid_head.txt") || !t_data("models/tok512.bin")) return;
+    char dir[700], path[800], args[4096], err[4096];
+    snprintf(dir, sizeof dir, "%s/unsaved", t_tmpdir());
+    snprintf(path, sizeof path, "%s/model.bin/x", dir);
+    T_CHECK(nv_mkdirs(path) == NV_OK, "%s", path);
+    train_args(args, sizeof args, dir, "--steps 8");
+    const int rc = run_nerve(args, err, sizeof err);
+    T_CHECK(rc != 0 && strstr(err, "model.bin is not written") && strstr(err, "nerve export") && count_steps(dir) == 8,
+            "a final model that cannot be written: exit %d: %s", rc, err);
+    snprintf(dir, sizeof dir, "%s/no_best", t_tmpdir());
+    snprintf(path, sizeof path, "%s/.best.part", dir);
+    T_CHECK(nv_mkdirs(dir) == NV_OK && t_write("no_best/.best.part", "x", 1), "%s", path);
+    train_args(args, sizeof args, dir, "--steps 16 --save-best");
+    T_CHECK(run_nerve(args, err, sizeof err) == 0 && strstr(err, "are not saved") && !strstr(err, "best validation loss"),
+            "a best/ that cannot be written: %s", err);
+    nv_ckpt k;
+    snprintf(path, sizeof path, "%s/ckpt.bin", dir);
+    if (nv_ckpt_load(path, &k) == NV_OK) {
+        T_CHECK(isnan(k.h.best_val_loss), "the checkpoint's best: %g at step %lld", (double)k.h.best_val_loss, (long long)k.h.best_step);
+        nv_ckpt_close(&k);
+    } else {
+        T_CHECK(0, "%s", nv_errmsg());
+    }
+}
+
 /* --save-best and --early-stop. stories260K fine-tuned on text unlike its own (a few made-up words
  * repeated) while validating on TinyStories: the validation loss is lowest before the first step,
  * so --early-stop 3 stops after three evaluations, best/ holds the starting weights as a model
@@ -2772,6 +2801,7 @@ int main(void) {
     T_RUN(test_finetune_stories260K_lowers_val_loss);
     T_RUN(test_val_data_files);
     T_RUN(test_save_best_and_early_stop);
+    T_RUN(test_failed_saves);
     T_RUN(test_best_metric);
     T_RUN(test_token_accuracy_and_full_eval);
     T_RUN(test_trimmed_windows);

@@ -1906,6 +1906,14 @@ nv_err nv_hf_save(const nv_model *m, const nv_tokenizer *tok, const char *dir, n
     if (bos >= 0) cJSON_AddNumberToObject(cfg, "bos_token_id", bos), cJSON_AddNumberToObject(gen, "bos_token_id", bos);
     if (eos >= 0) cJSON_AddNumberToObject(cfg, "eos_token_id", eos), cJSON_AddNumberToObject(gen, "eos_token_id", eos);
     cJSON *tj = NULL, *tc = NULL;
+    /* the folder is no model until this one is whole in it (config.json last): an export that fails
+       part way leaves no earlier config.json beside these weights; an earlier model's files this export
+       does not write, which would go with these weights, go */
+    static const char *const stale[] = {"config.json", "model.safetensors.index.json", "chat_template.jinja", "chat_template.json"},
+                             *const stale_tok[] = {"tokenizer.json", "tokenizer_config.json", "tokenizer.model", "special_tokens_map.json",
+                                                   "added_tokens.json"};
+    nv_unlink_in_dir(dir, stale, sizeof stale / sizeof *stale);
+    if (!tok) nv_unlink_in_dir(dir, stale_tok, sizeof stale_tok / sizeof *stale_tok);
     nv_err e = write_weights(m, dir, dtype, phi3);
     if (e == NV_OK && tok) e = tokenizer_files(tok, c, &tj, &tc);
     if (e == NV_OK && tok && chat_template && !cJSON_AddStringToObject(tc, "chat_template", chat_template))
@@ -2078,6 +2086,8 @@ nv_err nv_hf_save_lora(const nv_config *c, const nv_lora_shape *s, const float *
     st_out *o = calloc(nt, sizeof *o);
     float *b = malloc((size_t)nv_lora_param_count(c, s) * sizeof(float)); /* every B, untransposed */
     nv_err e = o && b ? nv_mkdirs(dir) : nv_fail(NV_ENOMEM, "out of memory");
+    if (e == NV_OK) /* (written last, as config.json is: no earlier adapters' config beside these weights) */
+        nv_unlink_in_dir(dir, (const char *const[]){"adapter_config.json"}, 1);
     size_t k = 0, at = 0;
     for (int l = 0; l < L && e == NV_OK; l++)
         for (int t = 0; t < NV_LAYER_MATRICES && e == NV_OK; t++) {

@@ -117,9 +117,12 @@ static void series_add(series *s, float step, float loss) {
     s->n++;
 }
 
-/* A self-contained SVG of the training and validation loss against the step. */
+/* A self-contained SVG of the training and validation loss against the step, written whole (the
+   one before stays when it cannot be). */
 static void write_svg(const char *path, const series *tr, const series *va, int total_steps) {
-    FILE *f = fopen(path, "w");
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
     if (!f) return;
     const double W = 800, H = 420, L = 60, R = 20, T = 30, B = 50;
     double lo = INFINITY, hi = -INFINITY;
@@ -156,7 +159,8 @@ static void write_svg(const char *path, const series *tr, const series *va, int 
         fprintf(f, "<text x=\"%.0f\" y=\"%.0f\" fill=\"%s\">%s</text>\n", W - R - 90, T + 16.0 * k, colors[k], names[k]);
     }
     fprintf(f, "</svg>\n");
-    fclose(f);
+    if (fclose(f) == 0 && nv_file_write_atomic(path, &(nv_iov){text, len}, 1) != NV_OK) nv_warn("loss curve not written: %s", nv_errmsg());
+    free(text);
 }
 
 /* Keeps the metrics lines of steps <= last_step (a resumed run rewrites what came after) and
@@ -1149,17 +1153,50 @@ static void run_free(train_run *r) {
     if (r->have_tm) nv_tmodel_free(&r->tm);
 }
 
+/* The weights as they stand into the model folder dir (best/, step-N/), whole or not at all: written
+   with the files serving them into part, which is then renamed over dir; a failure leaves dir as it was. */
+static nv_err save_folder(train_run *r, const char *part, const char *dir) {
+    const nv_train_opts *o = r->o;
+    remove_model_dir(part);
+    nv_err e = nv_mkdirs(part);
+    if (e == NV_OK) write_serving_files(part, o, r->ds); /* (first: a GGUF model takes its vocabulary and template from them) */
+    if (e == NV_OK) e = save_weights(&r->tm, o, part);
+    if (e == NV_OK) {
+        remove_model_dir(dir); /* (the one it replaces) */
+        if (rename(part, dir) != 0) e = nv_fail(NV_EIO, "cannot rename %s to %s: %s", part, dir, strerror(errno));
+    }
+    if (e != NV_OK) remove_model_dir(part);
+    return e;
+}
+
 /* An evaluation: its figures kept for the progress line, and best/ written when its validation loss
    is the lowest so far. */
 static eval_figures run_evaluate(train_run *r, long step) {
     const eval_figures ev = evaluate(&r->tm, r->o, r->ds, r->in, r->tg, r->pair_ids, r->ref, r->trim);
     keep_evals(&r->last_eval, &ev);
-    if (best_eval_note(&r->best, (float)best_metric_of(&ev, r->o->best_metric), step, r->o->best_metric) && r->save_best_on &&
-        r->lead) {
-        if (r->tty) fprintf(stderr, "\r\033[K"); /* a warning would land in the progress line */
-        save_weights(&r->tm, r->o, r->best_dir);
+    const best_eval before = r->best;
+    if (best_eval_note(&r->best, (float)best_metric_of(&ev, r->o->best_metric), step, r->o->best_metric) && r->save_best_on) {
+        nv_err e = NV_OK;
+        if (r->lead) {
+            char part[4300];
+            snprintf(part, sizeof part, "%s/.best.part", r->o->out_dir);
+            if (r->tty) fprintf(stderr, "\r\033[K"); /* a warning would land in the progress line */
+            if ((e = save_folder(r, part, r->best_dir)) != NV_OK)
+                nv_warn("best/ keeps the weights of step %ld: those of step %ld are not saved: %s", before.step, step, nv_errmsg());
+        }
+        /* best/ holds what it held: so do the figures that name it (the checkpoint's, the run's last words;
+           --early-stop counts the evaluation as one without a better model) */
+        if (nv_dist_max(e != NV_OK)) r->best = (best_eval){before.val, before.step, before.since + 1};
     }
     return ev;
+}
+
+/* metrics.jsonl's lines so far onto the disk; one that cannot be written (a full disk) is said once,
+   and the run goes on (its checkpoints are what a resume needs). */
+static void metrics_flush(const train_run *r) {
+    static int said;
+    if ((fflush(r->metrics) != 0 || ferror(r->metrics)) && !said++)
+        nv_warn("%s: cannot write (%s): the run goes on, its metrics from here on may be missing", r->metrics_path, strerror(errno));
 }
 
 /* The starting point of the validation curve (fine-tuning shows its gain against it). */
@@ -1171,7 +1208,7 @@ static void run_first_eval(train_run *r) {
     fprintf(r->metrics, "{\"step\":0");
     json_evals(r->metrics, &e0);
     fprintf(r->metrics, "}\n");
-    fflush(r->metrics);
+    metrics_flush(r);
     series_add(&r->va, 0.0f, e0.val);
     if (r->quiet) return;
     char total[32];
@@ -1326,7 +1363,7 @@ static void write_metrics(const train_run *r, long step, const step_figures *f) 
     if (f->skipped) fprintf(m, ",\"skipped\":true");
     json_evals(m, &f->ev);
     fprintf(m, "}\n");
-    fflush(m);
+    metrics_flush(r);
 }
 
 /* The live progress line (on a terminal rewritten in place; else every tenth step, the last and
@@ -1358,25 +1395,15 @@ static void show_progress(const train_run *r, long step, const step_figures *f, 
     else if (!r->quiet && (last || step % 10 == 0 || !isnan(f->ev.val))) fprintf(stderr, "%s\n", line);
 }
 
-/* --save-every: the weights after step into the run folder's step-N/, whole or absent (written into
-   .step-N.part, renamed into place), then the oldest past --save-limit removed; a failure is a warning
-   and the run goes on. */
+/* --save-every: the weights after step into the run folder's step-N/ (save_folder, through
+   .step-N.part), then the oldest past --save-limit removed; a failure is a warning and the run goes on. */
 static void save_snapshot(train_run *r, long step) {
     const nv_train_opts *o = r->o;
     char part[4300], dir[4300];
     snprintf(part, sizeof part, "%s/.step-%ld.part", o->out_dir, step);
     snprintf(dir, sizeof dir, "%s/step-%ld", o->out_dir, step);
-    remove_model_dir(part);
-    nv_err e = nv_mkdirs(part);
-    if (e == NV_OK) write_serving_files(part, o, r->ds); /* (first: a GGUF model takes its vocabulary and template from them) */
-    if (e == NV_OK) e = save_weights(&r->tm, o, part);
-    if (e == NV_OK) {
-        remove_model_dir(dir); /* (a run resumed from before it wrote this step's) */
-        if (rename(part, dir) != 0) e = nv_fail(NV_EIO, "cannot rename %s to %s: %s", part, dir, strerror(errno));
-    }
-    if (e != NV_OK) {
+    if (save_folder(r, part, dir) != NV_OK) {
         nv_warn("the weights of step %ld are not saved: %s", step, nv_errmsg());
-        remove_model_dir(part);
         return;
     }
     if (o->save_limit > 0) prune_snapshots(o->out_dir, step, o->save_limit);
@@ -1472,9 +1499,12 @@ static void save_best_merged(const train_run *r) {
 /* The weights as they stand, ready for `nerve generate`, however the run ended; a LoRA run's
    adapters alone (for llama.cpp's --lora, or nerve's) and merged into the model (the training model
    is done with: its plans go first, and a copy of its frozen weights takes the update). */
-static void save_final(train_run *r) {
+/* The run's model (a LoRA run's merged with its adapters, unless --no-merge) into the run folder, and
+   best/'s merged model; an error when the model is not written (its stale files removed: the checkpoint
+   stays, from which nerve export writes it). */
+static nv_err save_final(train_run *r) {
     char path[4200];
-    nv_err e;
+    nv_err e, failed = NV_OK;
     if (r->lora) { /* adapter.gguf was written with the last checkpoint */
         if (nv_file_exists(r->adapter_path)) nv_info("wrote %s", r->adapter_path);
         nv_model_free_plans(&r->tm.m);
@@ -1483,18 +1513,24 @@ static void save_final(train_run *r) {
             e = NV_EINVAL; /* (no model written, none to say) */
         } else if ((e = save_merged(r, r->tm.lora_params, r->o->out_dir, path)) != NV_OK) {
             /* never the base under the merged model's name: export and serve refuse a missing one */
-            nv_warn("the merged model is not written (%s): use the base with --lora %s", nv_errmsg(), r->adapter_path);
             remove_models(r->o->out_dir);
+            failed = nv_fail(e, "the merged model is not written (%s): the adapters are in %s (use them on the base with --lora)",
+                             nv_errmsg(), r->adapter_path);
         }
     } else {
         unlink(r->adapter_path); /* an earlier run's, which would not go with this model */
-        e = save_model(&r->tm.m, r->o->out_dir, r->o->out_dir, path);
-        if (e != NV_OK) nv_info("%s not written: %s", path, nv_errmsg());
+        if ((e = save_model(&r->tm.m, r->o->out_dir, r->o->out_dir, path)) != NV_OK) {
+            remove_models(r->o->out_dir); /* (an earlier session's would pass for this one's) */
+            failed = nv_fail(e, "%s is not written (%s): the checkpoint %s holds the weights (nerve export %s -o FILE)", path, nv_errmsg(),
+                             r->ckpt_path, r->o->out_dir);
+        }
     }
     if (e == NV_OK) nv_info("wrote %s", path);
-    if (!r->save_best_on || isnan(r->best.val)) return;
-    if (r->lora && e == NV_OK) save_best_merged(r);
-    nv_info("best %s %.4f, at step %ld: %s", best_metric_words[r->o->best_metric], (double)r->best.val, r->best.step, r->best_dir);
+    if (r->save_best_on && !isnan(r->best.val)) {
+        if (r->lora && e == NV_OK) save_best_merged(r);
+        nv_info("best %s %.4f, at step %ld: %s", best_metric_words[r->o->best_metric], (double)r->best.val, r->best.step, r->best_dir);
+    }
+    return failed;
 }
 
 /* The end-of-run report: where the time went, the fraction of the engine's peak (measured now with
@@ -1765,12 +1801,15 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
     if (e == NV_OK) {
         if (r->tty) fprintf(stderr, "\n");
         const nv_engine_id used = nv_model_engine(&r->tm.m); /* before a LoRA run's merge frees the plans */
-        if (tot.steps > 0 && r->lead) save_final(r);
+        const nv_err saved = tot.steps > 0 && r->lead ? save_final(r) : NV_OK;
+        char saved_msg[1200] = "";
+        if (saved != NV_OK) snprintf(saved_msg, sizeof saved_msg, "%s", nv_errmsg());
         if (tot.steps > 0) report_efficiency(r, &tot, used, nv_now() - t_start, builds_after_setup);
         /* the others leave only once process 0 has saved everything (a process that exits early could
            make the launcher end the job under it) */
         nv_dist_max(0);
         if (diverged_msg[0]) e = together(nv_fail(NV_ERANGE, "%s", diverged_msg));
+        else if (saved != NV_OK) e = nv_fail(saved, "%s", saved_msg);
     }
     sigaction(SIGINT, &old_int, NULL);
     sigaction(SIGTERM, &old_term, NULL);
