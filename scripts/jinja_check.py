@@ -83,6 +83,9 @@ T = [
  "{% set a = 5 %}{% with a = 1, b = a %}{{ a }},{{ b }}{% endwith %}{{ a }}",
  "{% with %}{% set x = 3 %}{{ x }}{% endwith %}[{{ x }}]",
  "{% for m in messages %}{% with r = m.role %}{% if r == 'tool' %}{% break %}{% endif %}{{ r }} {% endwith %}{% endfor %}",
+ "{% for i in [1, 2, 3] %}{% filter upper %}a{{ i }}{% if i == 2 %}{% break %}{% endif %}b{% endfilter %}|{% endfor %}",
+ "{% for i in [1, 2, 3] %}{% filter upper %}a{{ i }}{% if i == 2 %}{% continue %}{% endif %}b{% endfilter %}|{% endfor %}",
+ "{% macro inner() %}[{{ caller() }}]{% endmacro %}{% macro outer() %}{% call inner() %}{{ caller is defined }}{% endcall %}{% endmacro %}{% call outer() %}X{% endcall %}",
  # filters
  "{{ '  pad ' | trim }}|{{ 'xxaxx' | trim('x') }}|{{ s | upper }}|{{ s | lower }}|{{ 'hello world' | title }}|{{ 'hELLO' | capitalize }}",
  "{{ l | length }} {{ s | length }} {{ 'ünï' | length }} {{ d | count }} {{ undefined_thing | length }} {{ l | first }} {{ l | last }} {{ l | sort }} {{ l | sort(reverse=true) }}",
@@ -142,6 +145,7 @@ ERR = [
  ("{% endfor %}", None), ("{{ }}", None),
  ("{% macro m() %}{{ caller() }}{% endmacro %}{{ m() }}", "undefined"), ("{% call m() %}{% endcall %}", "undefined"),
  ("{% macro m() %}{{ caller(1, 2) }}{% endmacro %}{% call(a) m() %}{% endcall %}", "argument"), ("{% call n %}{% endcall %}", "macro"),
+ ("{% macro inner() %}[{{ caller() }}]{% endmacro %}{% macro outer() %}{% call inner() %}{{ caller() }}{% endcall %}{% endmacro %}{% call outer() %}X{% endcall %}", "undefined"),
  ("{% filter nosuch %}x{% endfilter %}", "nosuch"), ("{% with a %}{% endwith %}", None), ("{% filter upper %}x", "endfilter"),
  ("{% for a, b in [1] %}{% endfor %}", "unpack"),
  ("{{ [1] + (2,) }}", "concatenate"), ("{{ {[1]: 2} }}", "key"), ("{{ {1: 2, 'a': 3} | tojson(sort_keys=true) }}", "sort_keys"), ("{{ none | tojson }}{{ missing | tojson }}", "JSON"),

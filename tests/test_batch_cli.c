@@ -210,6 +210,15 @@ static void test_batch_resume(void) {
         cJSON_Delete(copy);
     }
     fclose(f);
+    /* a server that does not start: the former output as it was, no .partial left */
+    char *was = NULL, *is = NULL;
+    nv_file_read_all(t_path("r_out.jsonl"), &was, NULL);
+    rc = run_batch("r_in.jsonl", "r_out.jsonl", "--resume --engine nope");
+    nv_file_read_all(t_path("r_out.jsonl"), &is, NULL);
+    T_CHECK(rc != 0 && was && is && !strcmp(was, is) && access(t_path("r_out.jsonl.partial"), F_OK) != 0,
+            "a server that did not start: exit %d, the output %s, .partial %s", rc, was && is && !strcmp(was, is) ? "kept" : "changed",
+            access(t_path("r_out.jsonl.partial"), F_OK) ? "absent" : "left");
+    free(was), free(is);
     rc = run_batch("r_in.jsonl", "r_out.jsonl", "--resume");
     T_CHECK(rc == 0 && strstr(t_err, "10 requests answered"), "exit %d: %s", rc, t_err);
     int m = 0;
@@ -234,9 +243,10 @@ static void test_batch_resume(void) {
 
 /* SIGINT (or SIGHUP): the requests running finish, the rest are not sent; the output holds the
  * answered ones whole, exit 130; --resume then answers the rest. */
-/* 16 requests of 30 steps (tag's custom ids and files) started two at a time as a child process,
- * its stderr in TAG_err.txt; returns its pid once the server runs (the run takes ~6 s at 25 ms a step). */
-static pid_t start_slow_batch(const char *tag) {
+/* 16 requests of 30 steps (tag's custom ids and files) started two at a time as a child process
+ * (ignoring SIGHUP, as under nohup, with ignore_hup), its stderr in TAG_err.txt; returns its pid once
+ * the server runs (the run takes ~6 s at 25 ms a step). */
+static pid_t start_slow_batch(const char *tag, int ignore_hup) {
     char in[64], out[64], err_name[64];
     snprintf(in, sizeof in, "%s_in.jsonl", tag);
     snprintf(out, sizeof out, "%s_out.jsonl", tag);
@@ -251,6 +261,7 @@ static pid_t start_slow_batch(const char *tag) {
              t_nerve_bin(), model_path(), tok_path(), t_path(in), t_path(out), t_path(err_name));
     pid_t pid = fork();
     if (pid == 0) {
+        signal(SIGHUP, ignore_hup ? SIG_IGN : SIG_DFL);
         execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
         _exit(127);
     }
@@ -266,7 +277,7 @@ static pid_t start_slow_batch(const char *tag) {
 
 static void test_batch_interrupt(void) {
     if (!model_path() || !tok_path()) return;
-    const pid_t pid = start_slow_batch("i");
+    const pid_t pid = start_slow_batch("i", 0);
     sleep_ms(1200);
     kill(pid, SIGINT);
     int st = 0;
@@ -281,16 +292,18 @@ static void test_batch_interrupt(void) {
     for (int i = 0; i < n; i++) T_CHECK(status_of(lines[i]) == 200, "line %d: status %d", i, status_of(lines[i]));
     free_lines(lines, n);
     T_CHECK(access(t_path("i_out.jsonl.partial"), F_OK) != 0, "the partial file was left");
-    /* SIGHUP (the terminal closed) stops it the same way */
-    const pid_t hup = start_slow_batch("h");
-    sleep_ms(600);
-    kill(hup, SIGHUP);
-    waitpid(hup, &st, 0);
-    int nh = 0;
-    cJSON **hl = read_lines(t_path("h_out.jsonl"), &nh);
-    T_CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 130 && nh >= 1 && nh < 16 && access(t_path("h_out.jsonl.partial"), F_OK) != 0,
-            "SIGHUP: status %d, %d answers written", st, nh);
-    free_lines(hl, nh);
+    /* SIGHUP (the terminal closed) stops it the same way; under nohup (SIGHUP ignored) it goes on */
+    for (int ignored = 0; ignored < 2; ignored++) {
+        const pid_t hup = start_slow_batch(ignored ? "g" : "h", ignored);
+        sleep_ms(600);
+        kill(hup, SIGHUP);
+        waitpid(hup, &st, 0);
+        int nh = 0;
+        cJSON **hl = read_lines(t_path(ignored ? "g_out.jsonl" : "h_out.jsonl"), &nh);
+        T_CHECK(WIFEXITED(st) && WEXITSTATUS(st) == (ignored ? 0 : 130) && (ignored ? nh == 16 : nh >= 1 && nh < 16),
+                "SIGHUP%s: status %d, %d answers written", ignored ? " ignored" : "", st, nh);
+        free_lines(hl, nh);
+    }
     int rc = run_batch("i_in.jsonl", "i_out.jsonl", "--resume");
     char want[64];
     snprintf(want, sizeof want, "%d requests answered (0 with an error)", 16 - n);
@@ -312,7 +325,7 @@ static void test_batch_interrupt(void) {
  * dropped) and runs the rest. */
 static void test_batch_killed(void) {
     if (!model_path() || !tok_path()) return;
-    const pid_t pid = start_slow_batch("k");
+    const pid_t pid = start_slow_batch("k", 0);
     int n = 0;
     cJSON **lines = NULL;
     for (double t0 = now_s(); n < 3 && now_s() - t0 < 30; sleep_ms(50)) {

@@ -186,23 +186,25 @@ static void test_export_layout_and_golden(void) {
 }
 
 /* An export into a folder that held a model: the earlier model's files this one does not write go
- * (a shard index, a template file, and without -z its tokenizer); one that fails part way leaves no
- * config.json, so the folder is no model rather than the earlier config beside new weights. */
+ * (a shard index, a template file, a SentencePiece model, and without -z its tokenizer); one that
+ * fails part way leaves no config.json, so the folder is no model rather than the earlier config
+ * beside new weights. */
 static void test_export_over_a_model(void) {
     const char *dir = folder("over");
     const char *bin = export_260k(dir, "f32");
     if (!bin) return;
     char path[800], args[2400];
-    static const char *const stale[] = {"model.safetensors.index.json", "chat_template.jinja"};
-    for (int i = 0; i < 2; i++) {
+    static const char *const stale[] = {"model.safetensors.index.json", "chat_template.jinja", "tokenizer.model"};
+    for (int i = 0; i < 3; i++) {
         snprintf(path, sizeof path, "%s/%s", dir, stale[i]);
         FILE *f = fopen(path, "w");
         if (f) fputs("{}", f), fclose(f);
     }
     snprintf(args, sizeof args, "export %s -o %s/ --type bf16", bin, dir);
     T_CHECK(t_nerve(args) == 0, "export without -z: %s", t_err);
-    static const char *const gone[] = {"model.safetensors.index.json", "chat_template.jinja", "tokenizer.json", "tokenizer_config.json"};
-    for (int i = 0; i < 4; i++) {
+    static const char *const gone[] = {"model.safetensors.index.json", "chat_template.jinja", "tokenizer.model", "tokenizer.json",
+                                       "tokenizer_config.json"};
+    for (int i = 0; i < 5; i++) {
         snprintf(path, sizeof path, "%s/%s", dir, gone[i]);
         T_CHECK(!nv_file_exists(path), "%s is left beside the new weights", gone[i]);
     }

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -111,7 +112,9 @@ void nv_file_clean_on_signals(void) {
 static void pending_set(const char *tmp) {
     if (!clean_on_signals || strlen(tmp) >= sizeof pending_tmp) return;
     pending_on = 0;
+    atomic_signal_fence(memory_order_seq_cst);
     memcpy(pending_tmp, tmp, strlen(tmp) + 1);
+    atomic_signal_fence(memory_order_seq_cst); /* (the name whole before the handler may read it) */
     pending_on = 1;
 }
 
@@ -191,11 +194,6 @@ int64_t nv_file_clock_ns(void) {
     struct timespec now;
     clock_gettime(CLOCK_REALTIME_COARSE, &now);
     return (int64_t)now.tv_sec * 1000000000LL + now.tv_nsec;
-}
-
-int64_t nv_file_mtime_ns(const char *p) {
-    struct stat st;
-    return stat(p, &st) == 0 ? (int64_t)st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec : -1;
 }
 
 void nv_unlink_in_dir(const char *dir, const char *const *names, size_t n) {

@@ -70,10 +70,8 @@ nv_err nv_mkdirs(const char *path);
 /* The same, the folders it makes readable by their owner alone (0700): for what holds users' data. */
 nv_err nv_mkdirs_private(const char *path);
 int nv_file_exists(const char *path);
-/* Now (ns since the epoch) on the clock the kernel stamps files' times with (the coarse one), and a
- * file's mtime on it (-1: no such file) */
+/* Now (ns since the epoch) on the clock the kernel stamps files' times with (the coarse one). */
 int64_t nv_file_clock_ns(void);
-int64_t nv_file_mtime_ns(const char *path);
 /* Removes the files names[0, n) from dir (those absent ignored), then dir itself when that leaves it
  * empty: what a command wrote into a folder of its own, taken back. */
 void nv_remove_in_dir(const char *dir, const char *const *names, size_t n);

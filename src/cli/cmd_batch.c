@@ -85,7 +85,8 @@ static int resume_line(void *ctx, char *line, int no) {
     int at, ok;
     if (nv_batch_output_line(r->set, line, &at, &ok) != NV_OK)
         return cli_error(CMD, 1, "%s:%d: %s (--resume keeps the answers an output holds)", r->path, no, nv_errmsg());
-    if (!ok || r->done[at]) {
+    if (r->done[at]) return 0; /* (answered already: a .partial holds the OUT answers its run kept) */
+    if (!ok) {
         r->dropped++;
         return 0;
     }
@@ -174,9 +175,8 @@ static int commit_output(FILE *f, const char *tmp, const char *path) {
     int ok = fflush(f) == 0 && fsync(fileno(f)) == 0;
     ok = fclose(f) == 0 && ok;
     if (ok && rename(tmp, path) != 0) ok = 0;
-    if (!ok) {
-        cli_error(CMD, 1, "cannot write %s: %s", path, strerror(errno));
-        unlink(tmp);
+    if (!ok) { /* (tmp holds the answers: --resume takes them) */
+        cli_error(CMD, 1, "cannot write %s: %s (its answers wait in %s for --resume)", path, strerror(errno), tmp);
         return 0;
     }
     nv_file_sync_parent(path);
@@ -337,7 +337,9 @@ int cmd_batch(int argc, char **argv) {
 end:
     if (out) {
         fclose(out);
-        if (!rc_ctx.kept && !b.answered) unlink(tmp); /* (answers there wait for --resume) */
+        /* none answered: OUT.partial goes unless it was a killed run's (OUT keeps its own answers);
+           else its answers wait there for --resume */
+        if (!b.answered && !partial_exists) unlink(tmp);
     }
     nv_buf_free(&rc_ctx.kept_lines);
     free(partial_text);

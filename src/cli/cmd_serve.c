@@ -475,7 +475,8 @@ int cli_serve_run(int argc, char **argv, const cli_serve_job *job) {
     sigemptyset(&sigs);
     sigaddset(&sigs, SIGINT);
     sigaddset(&sigs, SIGTERM);
-    sigaddset(&sigs, SIGHUP); /* (a terminal that closes: the same orderly stop) */
+    struct sigaction hup; /* a terminal that closes: the same orderly stop, unless it is ignored (nohup) */
+    if (sigaction(SIGHUP, NULL, &hup) == 0 && hup.sa_handler != SIG_IGN) sigaddset(&sigs, SIGHUP);
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
     signal(SIGXFSZ, SIG_IGN); /* a file size limit makes the SSD tier's writes fail (EFBIG), not the server */

@@ -56,8 +56,9 @@ int main(int argc, char **argv) {
         if (!strcmp(argv[1], commands[i].name)) {
             const int rc = commands[i].fn(argc - 1, argv + 1);
             /* what it printed reached its file whole (stdout redirected to a full disk is a failure) */
+            errno = 0;
             if (rc == 0 && (fflush(stdout) != 0 || ferror(stdout))) {
-                fprintf(stderr, "nerve %s: writing its output failed: %s\n", argv[1], strerror(errno));
+                fprintf(stderr, "nerve %s: writing its output failed: %s\n", argv[1], errno ? strerror(errno) : "an earlier write failed");
                 return 1;
             }
             return rc;

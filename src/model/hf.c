@@ -1909,9 +1909,10 @@ nv_err nv_hf_save(const nv_model *m, const nv_tokenizer *tok, const char *dir, n
     /* the folder is no model until this one is whole in it (config.json last): an export that fails
        part way leaves no earlier config.json beside these weights; an earlier model's files this export
        does not write, which would go with these weights, go */
-    static const char *const stale[] = {"config.json", "model.safetensors.index.json", "chat_template.jinja", "chat_template.json"},
-                             *const stale_tok[] = {"tokenizer.json", "tokenizer_config.json", "tokenizer.model", "special_tokens_map.json",
-                                                   "added_tokens.json"};
+    static const char *const stale[] = {"config.json",    "model.safetensors.index.json", "chat_template.jinja",
+                                        "chat_template.json", "tokenizer.model", "special_tokens_map.json",
+                                        "added_tokens.json"},
+                             *const stale_tok[] = {"tokenizer.json", "tokenizer_config.json"}; /* (written with -z) */
     nv_unlink_in_dir(dir, stale, sizeof stale / sizeof *stale);
     if (!tok) nv_unlink_in_dir(dir, stale_tok, sizeof stale_tok / sizeof *stale_tok);
     nv_err e = write_weights(m, dir, dtype, phi3);

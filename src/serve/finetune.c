@@ -496,21 +496,19 @@ typedef struct {
     long off;  /* how far metrics.jsonl was read */
     long last; /* the last step reported */
     double tokens, total, elapsed;
-    int64_t since; /* when this trainer started (the files' clock): lines in a file not written since are an earlier one's */
+    struct stat at_start; /* metrics.jsonl when this trainer started (an earlier run's), or st_nlink 0: none */
 } metrics_read;
 
 /* The trainer's new metrics lines (not under mu: the runner alone writes a running job's steps): an
  * event each (type metrics) for job id, a step told once. Returns 1 when the file holds a step's line
- * and this trainer has written it since it started (a resumed one rewrites the earlier run's lines it
- * keeps, or adds its own): the job is running. Told before or not: a trainer started again from an
- * earlier step trains. */
+ * and this trainer has changed it since it started (a resumed one rewrites the earlier run's lines it
+ * keeps, or adds its own; compared with the file as it was, not with a clock another machine may
+ * keep): the job is running. Told before or not: a trainer started again from an earlier step trains. */
 static int read_metrics(nv_ftjobs *j, const char *id, const char *path, metrics_read *m) {
     FILE *f = fopen(path, "r");
     if (!f) return 0;
     struct stat st;
-    const int stat_ok = fstat(fileno(f), &st) == 0;
-    const int fresh = stat_ok && (int64_t)st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec >= m->since;
-    if (stat_ok && st.st_size < m->off) m->off = 0; /* a resume cut it back: steps are compared */
+    if (fstat(fileno(f), &st) == 0 && st.st_size < m->off) m->off = 0; /* a resume cut it back: steps are compared */
     fseek(f, m->off, SEEK_SET);
     char *line = NULL;
     size_t cap = 0;
@@ -522,7 +520,7 @@ static int read_metrics(nv_ftjobs *j, const char *id, const char *path, metrics_
         cJSON *o = cJSON_Parse(line);
         const long step = (long)nv_rec_num(o, "step");
         if (o && nv_rec_num(o, "total_steps") > 0) m->total = nv_rec_num(o, "total_steps"); /* (told or not) */
-        seen |= o && step > 0 && fresh;
+        seen |= o && step > 0;
         if (o && step > 0) /* the latest line's (a resumed run's lines go on from its checkpoint's step, told or not) */
             m->tokens = nv_rec_num(o, "tokens"), m->elapsed = nv_rec_num(o, "elapsed_s");
         if (o && step > m->last) {
@@ -543,8 +541,13 @@ static int read_metrics(nv_ftjobs *j, const char *id, const char *path, metrics_
         cJSON_Delete(o);
     }
     free(line);
+    /* (after the lines: one added meanwhile changed the file too) */
+    const struct stat *was = &m->at_start;
+    const int changed = fstat(fileno(f), &st) == 0 && (!was->st_nlink || st.st_ino != was->st_ino || st.st_dev != was->st_dev ||
+                                                        st.st_size != was->st_size || st.st_mtim.tv_sec != was->st_mtim.tv_sec ||
+                                                        st.st_mtim.tv_nsec != was->st_mtim.tv_nsec);
     fclose(f);
-    return seen;
+    return seen && changed;
 }
 
 /* The job's progress from m (under mu). */
@@ -756,7 +759,7 @@ static void process(nv_ftjobs *j, const char *id) {
     const int nullfd = errmsg[0] ? -1 : above_stdio(open("/dev/null", O_RDONLY | O_CLOEXEC));
     pid_t pid = -1;
     if (!errmsg[0] && (logfd < 0 || nullfd < 0)) snprintf(errmsg, sizeof errmsg, "cannot open %.900s: %s", log, strerror(errno));
-    m.since = nv_file_clock_ns();
+    if (stat(metrics, &m.at_start) != 0) m.at_start.st_nlink = 0;
     if (!errmsg[0] && (pid = start_trainer(argv, logfd, nullfd, j->o.nice)) < 0)
         snprintf(errmsg, sizeof errmsg, "cannot start the trainer: %s", strerror(errno));
     if (logfd >= 0) close(logfd);

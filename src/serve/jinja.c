@@ -2530,14 +2530,19 @@ static jval eval(render *r, const jnode *x) {
     return v;
 }
 
-/* renders body into a new string in scope f */
-static jval capture(render *r, const jnode *body, frame *f) {
+/* renders body into a new string in scope f; a break or continue stops it and is left in *flow */
+static jval capture_flow(render *r, const jnode *body, frame *f, int *flow) {
     jsink s = {0}, *saved = r->out;
     r->out = &s;
-    int flow = 0;
-    exec_body(r, body, f, &flow);
+    exec_body(r, body, f, flow);
     r->out = saved;
     return sink_val(&r->c, &s);
+}
+
+/* renders body into a new string in scope f */
+static jval capture(render *r, const jnode *body, frame *f) {
+    int flow = 0;
+    return capture_flow(r, body, f, &flow);
 }
 
 /* caller: a call block's body as the macro's `caller` (NULL: none, and `caller` is undefined) */
@@ -2546,6 +2551,7 @@ static jval call_macro(render *r, const jmacro *mc, const jargs *a, const jmacro
     const jnode *m = mc->m;
     frame *f = push_frame(r, mc->scope ? mc->scope : r->root), *saved = r->cur;
     if (caller) dict_setc(&r->c, f->vars, "caller", (jval){.t = V_MACRO, .u.m = caller});
+    else if (mc->scope) dict_setc(&r->c, f->vars, "caller", UNDEF); /* (a call block's body: not the caller of the macro around it) */
     int pos = 0;
     for (int i = 0; i < a->n; i++) {
         if (a->kw[i]) {
@@ -2675,11 +2681,11 @@ static void exec_body(render *r, const jnode *body, frame *f, int *flow) {
             exec_body(r, x->kid[x->n_names], inner, flow);
             break;
         }
-        case S_FILTERBLOCK: {
+        case S_FILTERBLOCK: { /* (a break or continue in its body drops its text, as jinja2's) */
             frame *inner = push_frame(r, f);
-            dict_set(&r->c, inner->vars, x->s, capture(r, x->kid[1], inner));
+            dict_set(&r->c, inner->vars, x->s, capture_flow(r, x->kid[1], inner, flow));
             r->cur = inner;
-            put_str(&r->c, r->out, eval(r, x->kid[0]), 0);
+            if (!*flow) put_str(&r->c, r->out, eval(r, x->kid[0]), 0);
             break;
         }
         case S_CALLBLOCK: {

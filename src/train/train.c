@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -807,7 +808,7 @@ static void prune_snapshots(const char *out_dir, long past, int keep) {
     char path[4300];
     DIR *d = opendir(out_dir);
     for (struct dirent *de; d && (de = readdir(d));)
-        if (!strncmp(de->d_name, ".step-", 6) && strstr(de->d_name, ".part")) {
+        if ((!strncmp(de->d_name, ".step-", 6) && strstr(de->d_name, ".part")) || !strcmp(de->d_name, ".best.part")) {
             snprintf(path, sizeof path, "%s/%s", out_dir, de->d_name);
             remove_model_dir(path);
         }
@@ -1165,10 +1166,16 @@ static nv_err save_folder(train_run *r, const char *part, const char *dir) {
     if (e == NV_OK) write_serving_files(part, o, r->ds); /* (first: a GGUF model takes its vocabulary and template from them) */
     if (e == NV_OK) e = save_weights(&r->tm, o, part);
     if (e == NV_OK) {
-        remove_model_dir(dir); /* (the one it replaces) */
-        if (rename(part, dir) != 0) e = nv_fail(NV_EIO, "cannot rename %s to %s: %s", part, dir, strerror(errno));
+        /* the folder it replaces swapped out whole (at no moment is there none), then removed */
+        int rc;
+        if (!nv_file_is_dir(dir)) rc = rename(part, dir);
+        else if ((rc = renameat2(AT_FDCWD, part, AT_FDCWD, dir, RENAME_EXCHANGE)) != 0 && errno == EINVAL) {
+            remove_model_dir(dir); /* (a file system without the exchange: removed, then renamed) */
+            rc = rename(part, dir);
+        }
+        if (rc != 0) e = nv_fail(NV_EIO, "cannot rename %s to %s: %s", part, dir, strerror(errno));
     }
-    if (e != NV_OK) remove_model_dir(part);
+    remove_model_dir(part); /* (the folder replaced, or the one that failed) */
     return e;
 }
 
@@ -1809,10 +1816,10 @@ nv_err nv_train_run(const nv_train_opts *o, const nv_dataset *ds) {
         if (saved != NV_OK) snprintf(saved_msg, sizeof saved_msg, "%s", nv_errmsg());
         if (tot.steps > 0) report_efficiency(r, &tot, used, nv_now() - t_start, builds_after_setup);
         /* the others leave only once process 0 has saved everything (a process that exits early could
-           make the launcher end the job under it) */
-        nv_dist_max(0);
+           make the launcher end the job under it), and fail with it when it could not */
+        const int save_failed = (int)nv_dist_max(saved != NV_OK);
         if (diverged_msg[0]) e = together(nv_fail(NV_ERANGE, "%s", diverged_msg));
-        else if (saved != NV_OK) e = nv_fail(saved, "%s", saved_msg);
+        else if (save_failed) e = together(saved != NV_OK ? nv_fail(saved, "%s", saved_msg) : nv_fail(NV_EIO, "process 0 could not write the model"));
     }
     sigaction(SIGINT, &old_int, NULL);
     sigaction(SIGTERM, &old_term, NULL);
