@@ -1289,6 +1289,49 @@ static void test_fine_tuning_unloadable(void) {
     T_CHECK(server_stop_within(&s, 30) == 0, "server exit");
 }
 
+/* A server that dies after a job's adapters loaded but before its record said so (a crash in that
+ * window): the next start resumes the job from its final checkpoint, trains nothing, and ends it
+ * succeeded with its model served. */
+static void test_fine_tuning_dies_at_its_end(void) {
+    if (!model_path() || !tok_path()) return;
+    const char *dir = t_path("ftdstore");
+    char args[2048], chat[64], body[512], path[800], id[64];
+    snprintf(args, sizeof args, "--kv-memory 64M --kv-disk-cache 0 --api-key sk-files --files-dir '%s'", dir);
+    server s;
+    if (!chat_server(&s, "ftd", "NERVE_TEST_DIE_BEFORE_RECORD=1", args, chat)) return;
+    snprintf(body, sizeof body, "{\"model\":\"stories260K\",\"training_file\":\"%s\",\"hyperparameters\":{\"n_epochs\":1}}", chat);
+    cJSON *j = NULL;
+    T_CHECK(create_job(s.port, body, &j) == 200, "create");
+    snprintf(id, sizeof id, "%s", str_of(j, "id"));
+    cJSON_Delete(j);
+    int st = 0;
+    pid_t gone = 0;
+    for (double t0 = now_s(); !gone && now_s() - t0 < 60; sleep_ms(20)) gone = waitpid(s.pid, &st, WNOHANG);
+    T_CHECK(gone == s.pid && WIFEXITED(st) && WEXITSTATUS(st) == 3, "the server died at the job's end: %d", st);
+    if (gone != s.pid) return;
+    s.pid = 0;
+    char *saved = NULL;
+    snprintf(path, sizeof path, "%s/%s.json", dir, id);
+    nv_file_read_all(path, &saved, NULL);
+    const int steps = job_steps(dir, id);
+    snprintf(path, sizeof path, "%s/%s.run/run/ckpt.bin", dir, id);
+    T_CHECK(saved && strstr(saved, "\"running\"") && nv_file_exists(path) && steps == 24, "left: %d steps, %.200s", steps, saved ? saved : "-");
+    free(saved);
+    if (!server_spawn(&s, "ftd2", NULL, NULL, model_path(), tok_path(), args, 60)) return;
+    j = wait_job(s.port, id, "succeeded failed cancelled", 60);
+    const char *model = str_of(j, "fine_tuned_model");
+    cJSON *l = get_json(s.port, "/v1/models");
+    char *listed = cJSON_PrintUnformatted(l);
+    T_CHECK(!strcmp(str_of(j, "status"), "succeeded") && *model && listed && strstr(listed, model) && job_steps(dir, id) == 24 &&
+                !nv_file_exists(path),
+            "after the restart: %s, %d steps, model %s, checkpoint %s", str_of(j, "status"), job_steps(dir, id), model,
+            nv_file_exists(path) ? "left" : "removed");
+    free(listed);
+    cJSON_Delete(l);
+    cJSON_Delete(j);
+    T_CHECK(server_stop_within(&s, 30) == 0, "server exit");
+}
+
 static void test_fine_tuning(void) {
     if (!model_path() || !tok_path()) return;
     const char *dir = t_path("ftstore");
@@ -1971,5 +2014,6 @@ int main(void) {
     T_RUN(test_fine_tuning);
     T_RUN(test_fine_tuning_jinja);
     T_RUN(test_fine_tuning_unloadable);
+    T_RUN(test_fine_tuning_dies_at_its_end);
     return t_done();
 }

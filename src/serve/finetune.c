@@ -856,8 +856,11 @@ static void process(nv_ftjobs *j, const char *id) {
             ckpts = serve_checkpoints(j, id, name, run);
         }
     }
-    if (outcome == J_SUCCEEDED || (outcome == J_FAILED && !load_failed) || now == J_CANCELLED)
-        drop_run_leftovers(j, id, jobdir, outcome == J_SUCCEEDED);
+    /* what the run no longer needs goes once its record says how it ended: a server stopped before
+       that finds the checkpoint, resumes it (nothing left to train) and ends the job the same way */
+    const int drop_run = outcome == J_SUCCEEDED || (outcome == J_FAILED && !load_failed) || now == J_CANCELLED,
+              drop_succeeded = outcome == J_SUCCEEDED;
+    if (getenv("NERVE_TEST_DIE_BEFORE_RECORD") && outcome == J_SUCCEEDED) _exit(3); /* (the tests' crash in that window) */
     pthread_mutex_lock(&j->mu);
     x = get(j, id);
     /* a cancel or pause the API answered between the two locks (the job still training then) stands,
@@ -916,7 +919,7 @@ static void process(nv_ftjobs *j, const char *id) {
            pthread_cond_timedwait(&j->cv, &j->mu, &deadline) != ETIMEDOUT) {
     }
     pthread_mutex_unlock(&j->mu);
-    if (late_cancel) drop_run_leftovers(j, id, jobdir, 0);
+    if (late_cancel || drop_run) drop_run_leftovers(j, id, jobdir, drop_succeeded && !late_cancel);
 }
 
 /* Under mu: the oldest queued job of the model this server serves (the others wait for a server of
