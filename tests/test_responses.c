@@ -132,6 +132,8 @@ static void test_refusals(void) {
         {"{\"input\":\"x\",\"temperature\":3}", "temperature", 400},
         {"{\"input\":\"x\",\"instructions\":5}", "instructions", 400},
         {"{\"input\":\"x\",\"metadata\":[]}", "metadata", 400},
+        {"{\"input\":\"x\",\"metadata\":{\"k\":1}}", "metadata", 400},
+        {"{\"input\":[{\"role\":\"user\",\"content\":\"a\",\"id\":\"m1\"},{\"role\":\"user\",\"content\":\"b\",\"id\":\"m1\"}]}", "input", 400},
         {"{\"input\":\"x\",\"reasoning\":\"high\"}", "reasoning", 400},
         {"{\"input\":\"x\"", NULL, 400},
     };

@@ -75,14 +75,14 @@ static int by_text(const void *a, const void *b) { return strcmp(*(const char *c
 
 /* The ids of list's items, sorted (*n of them; NULL with *n 0 when none or out of memory: -1). */
 static const char **sorted_ids(const cJSON *list, int *n) {
-    const int cap = cJSON_GetArraySize(list);
+    const int cap = list ? cJSON_GetArraySize(list) : 0;
     const char **v = cap ? malloc((size_t)cap * sizeof *v) : NULL;
     *n = 0;
     if (cap && !v) {
         *n = -1;
         return NULL;
     }
-    for (const cJSON *it = list->child; it; it = it->next)
+    for (const cJSON *it = cap ? list->child : NULL; it; it = it->next)
         if (id_of(it)) v[(*n)++] = id_of(it);
     if (*n > 1) qsort(v, (size_t)*n, sizeof *v, by_text);
     return v;
@@ -151,7 +151,7 @@ static cJSON *item_in(const conv *c, const char *item_id, int *index) {
  * hold many items, and this runs under the store's lock. */
 static int duplicate_id(const conv *c, const cJSON *items, char *out, size_t cap) {
     int n_have, n_new, found = 0;
-    const char **have = sorted_ids(c->items, &n_have), **mine = sorted_ids(items, &n_new);
+    const char **have = sorted_ids(c ? c->items : NULL, &n_have), **mine = sorted_ids(items, &n_new);
     if (n_have < 0 || n_new < 0) found = -1;
     for (int k = 0; found == 0 && k < n_new; k++) {
         if ((k && !strcmp(mine[k], mine[k - 1])) || (n_have && bsearch(&mine[k], have, (size_t)n_have, sizeof *have, by_text))) {
@@ -365,6 +365,8 @@ int nv_conv_item_delete(nv_conv_store *s, const char *id, const char *item, char
     return !c ? not_found(err, "Conversation", id) : !it ? not_found(err, "Item", item) : *out ? 0 : nv_api_oom(err);
 }
 
+int nv_items_duplicate_id(const cJSON *items, char *out, size_t cap) { return duplicate_id(NULL, items, out, cap); }
+
 int nv_conv_context(nv_conv_store *s, const char *id, const cJSON *own, cJSON **items, nv_api_error *err) {
     pthread_mutex_lock(&s->mu);
     const conv *c = find(s, id);
@@ -384,17 +386,48 @@ int nv_conv_context(nv_conv_store *s, const char *id, const cJSON *own, cJSON **
 }
 
 /* The first of items whose id is dup gets a new one: 1, 0 when none did (out of memory). */
-static int renew_id(cJSON *items, const char *dup) {
-    for (cJSON *it = items->child; it; it = it->next)
-        if (id_of(it) && !strcmp(id_of(it), dup)) {
-            char fresh[48];
-            nv_api_new_id(fresh, sizeof fresh, "item_");
-            cJSON *v = cJSON_CreateString(fresh);
-            if (v && cJSON_ReplaceItemInObjectCaseSensitive(it, "id", v)) return 1;
-            cJSON_Delete(v);
-            return 0;
-        }
+static int renew_id(cJSON *it) {
+    char fresh[48];
+    nv_api_new_id(fresh, sizeof fresh, "item_");
+    cJSON *v = cJSON_CreateString(fresh);
+    if (v && cJSON_ReplaceItemInObjectCaseSensitive(it, "id", v)) return 1;
+    cJSON_Delete(v);
     return 0;
+}
+
+typedef struct {
+    const char *id;
+    int at;
+    cJSON *it;
+} new_id;
+
+static int by_id_then_place(const void *a, const void *b) {
+    const new_id *x = a, *y = b;
+    const int c = strcmp(x->id, y->id);
+    return c ? c : (x->at > y->at) - (x->at < y->at);
+}
+
+/* Fresh ids for the items whose ids c holds already or an earlier one of items holds (ids another
+ * request added meanwhile): one pass over sorted ids, as this runs under the store's lock. 1, or 0
+ * out of memory. */
+static int renew_clashing_ids(const conv *c, cJSON *items) {
+    int n_have, m = 0, nr = 0;
+    const char **have = sorted_ids(c->items, &n_have);
+    const int n = cJSON_GetArraySize(items);
+    new_id *v = n ? malloc((size_t)n * sizeof *v) : NULL;
+    cJSON **renew = n ? malloc((size_t)n * sizeof *renew) : NULL;
+    int ok = n_have >= 0 && (!n || (v && renew));
+    int at = 0;
+    for (cJSON *it = items->child; ok && it; it = it->next, at++)
+        if (id_of(it)) v[m++] = (new_id){id_of(it), at, it};
+    if (ok && m > 1) qsort(v, (size_t)m, sizeof *v, by_id_then_place);
+    for (int k = 0; ok && k < m; k++)
+        if ((k && !strcmp(v[k].id, v[k - 1].id)) || (n_have && bsearch(&v[k].id, have, (size_t)n_have, sizeof *have, by_text)))
+            renew[nr++] = v[k].it;
+    free(have), free(v);
+    for (int k = 0; ok && k < nr; k++) ok = renew_id(renew[k]);
+    free(renew);
+    return ok;
 }
 
 int nv_conv_append(nv_conv_store *s, const char *id, const cJSON *items) {
@@ -405,14 +438,8 @@ int nv_conv_append(nv_conv_store *s, const char *id, const cJSON *items) {
     }
     pthread_mutex_lock(&s->mu);
     conv *c = find(s, id);
-    char dup_id[128];
-    int dup = 0, added = 0;
-    while (c && (dup = duplicate_id(c, copy, dup_id, sizeof dup_id)) > 0) /* (an id another request added meanwhile) */
-        if (!renew_id(copy, dup_id)) {
-            dup = -1;
-            break;
-        }
-    if (c) added = dup < 0 ? -1 : add_items(s, c, copy);
+    int added = 0;
+    if (c) added = renew_clashing_ids(c, copy) ? add_items(s, c, copy) : -1;
     pthread_mutex_unlock(&s->mu);
     cJSON_Delete(copy);
     if (added <= 0)

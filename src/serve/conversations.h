@@ -44,6 +44,8 @@ int nv_conv_item_delete(nv_conv_store *s, const char *id, const char *item, char
  * request's own items (none of their ids may be in it already: 400 naming input); 0, or the error's
  * status (404 naming conversation when it is not kept). */
 int nv_conv_context(nv_conv_store *s, const char *id, const cJSON *own, cJSON **items, nv_api_error *err);
+/* The first id two of items share, copied to out (cap bytes): 1 when there is one, 0 none, -1 out of memory. */
+int nv_items_duplicate_id(const cJSON *items, char *out, size_t cap);
 /* Adds items (kept form, copied) at the end of conversation id: 1 when added, 0 when the
  * conversation is gone or full (a warning in the log). */
 int nv_conv_append(nv_conv_store *s, const char *id, const cJSON *items);

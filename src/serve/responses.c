@@ -1,6 +1,7 @@
 #include "serve/responses.h"
 
 #include "base/log.h"
+#include "serve/files.h"
 
 #include <cjson/cJSON.h>
 #include <stdarg.h>
@@ -257,6 +258,12 @@ static int own_items(const cJSON *in, cJSON **out, nv_api_error *err) {
     }
     if (!list) return nv_api_oom(err);
     normalize_items(list);
+    char dup_id[128]; /* (an item is found by its id: input items list page by page after one) */
+    const int dup = nv_items_duplicate_id(list, dup_id, sizeof dup_id);
+    if (dup) {
+        cJSON_Delete(list);
+        return dup < 0 ? nv_api_oom(err) : bad(err, NULL, "input", "Duplicate item found with id '%.100s'", dup_id);
+    }
     *out = list;
     return 0;
 }
@@ -450,7 +457,8 @@ static int translate(const cJSON *in, translate_args *a, cJSON *out, nv_api_erro
     if (mot) cJSON_AddItemToObject(out, "max_tokens", cJSON_Duplicate(mot, 0));
     a->max_output = cJSON_IsNumber(mot) && mot->valuedouble >= 1 ? (long)(mot->valuedouble < 1e9 ? mot->valuedouble : 1e9) : 0;
     const cJSON *md = nv_api_field(in, "metadata");
-    if (md && !cJSON_IsObject(md)) return bad(err, NULL, "metadata", "'metadata' must be an object");
+    if (md && !cJSON_IsNull(md) && (!cJSON_IsObject(md) || !nv_rec_metadata_ok(md))) /* (as OpenAI bounds it: each response repeats it) */
+        return bad(err, NULL, "metadata", "'metadata' is an object of at most 16 strings, keys up to 64 characters, values up to 512");
     const cJSON *r = nv_api_field(in, "reasoning");
     if (r && !cJSON_IsObject(r)) return bad(err, NULL, "reasoning", "'reasoning' must be an object {\"effort\": ...}");
     const cJSON *effort = nv_api_field(r, "effort");

@@ -674,10 +674,11 @@ static nv_err save_model(const nv_model *m, const char *dir, const char *run_dir
         nv_path_name(run_dir, name, sizeof name); /* as `nerve serve` names the run */
         snprintf(tok_path, sizeof tok_path, "%s/tokenizer.bin", dir);
         nv_tokenizer *tok = NULL;
-        /* (a folder's tokenizer that does not load is an error: a GGUF file without the vocabulary it
-           trained on would pass for a whole model) */
-        if (nv_file_exists(tok_path) && nv_tokenizer_load(tok_path, m->config.vocab_size, &tok) != NV_OK)
-            return nv_fail(NV_EFORMAT, "%s: its tokenizer %s: %s", gguf, tok_path, nv_errmsg());
+        if (nv_file_exists(tok_path) && nv_tokenizer_load(tok_path, m->config.vocab_size, &tok) != NV_OK) {
+            nv_warn("%s is written without a vocabulary (give -z the tokenizer to generate or serve it with): %s does not load: %s", gguf,
+                    tok_path, nv_errmsg());
+            tok = NULL;
+        }
         char tmpl_name[64];
         nv_chat_template tmpl;
         char *own = nv_chat_jinja_marked(nv_train_chat_template_jinja(dir)); /* a chat run's template travels with its model */
