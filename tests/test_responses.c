@@ -1154,6 +1154,22 @@ static void test_conversations_unit(void) {
                 strstr(out, "\"first_id\":\"item_") && strstr(out, "two"),
             "re-id: %s", out);
     free(out);
+    /* several clashes at once, with it and among themselves: each later holder of an id gets a new one */
+    cJSON *clashes = cJSON_Parse("[{\"type\":\"message\",\"id\":\"msg_two\",\"role\":\"user\",\"content\":[]},"
+                              "{\"type\":\"message\",\"id\":\"msg_new\",\"role\":\"user\",\"content\":[]},"
+                              "{\"type\":\"message\",\"id\":\"msg_new\",\"role\":\"user\",\"content\":[]}]");
+    T_CHECK(nv_conv_append(s, id, clashes) == 1 && CONV(nv_conv_items_list(s, id, "100", "asc", NULL, &out, &e)) == 0 && out, "clashes");
+    cJSON *page = cJSON_Parse(out ? out : "");
+    int news = 0, twos = 0, same = 0;
+    const cJSON *listed = cJSON_GetObjectItem(page, "data");
+    for (const cJSON *a = listed ? listed->child : NULL; a; a = a->next) {
+        const char *ai = cJSON_GetStringValue(cJSON_GetObjectItem(a, "id"));
+        news += ai && !strcmp(ai, "msg_new"), twos += ai && !strcmp(ai, "msg_two");
+        for (const cJSON *b = a->next; b; b = b->next) same += ai && !strcmp(ai, cJSON_GetStringValue(cJSON_GetObjectItem(b, "id")));
+    }
+    T_CHECK(news == 1 && twos == 1 && same == 0, "ids after several clashes: msg_new %d, msg_two %d, shared %d: %s", news, twos, same, out);
+    cJSON_Delete(page), cJSON_Delete(clashes);
+    free(out);
     /* an id that is not a string is made; what an add counts, the item's delete gives back */
     size_t n0, b0, n1, b1;
     nv_conv_store_stats(s, &n0, &b0);
