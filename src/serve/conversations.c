@@ -330,15 +330,13 @@ int nv_conv_items_add(nv_conv_store *s, const char *id, const char *body, size_t
 
 int nv_conv_items_list(nv_conv_store *s, const char *id, const char *limit, const char *order, const char *after, char **out,
                        nv_api_error *err) {
-    pthread_mutex_lock(&s->mu);
-    const conv *c = find(s, id);
-    cJSON *items = c ? cJSON_Duplicate(c->items, 1) : NULL;
-    pthread_mutex_unlock(&s->mu);
-    if (!c) return not_found(err, "Conversation", id);
-    if (!items) return nv_api_oom(err);
     char owner[160];
     snprintf(owner, sizeof owner, "Conversation '%.100s'", id);
-    return nv_resp_item_page(items, limit, order, after, owner, out, err);
+    pthread_mutex_lock(&s->mu); /* (the page alone copied: a conversation may hold many items) */
+    const conv *c = find(s, id);
+    const int rc = c ? nv_resp_item_page_of(c->items, limit, order, after, owner, out, err) : 0;
+    pthread_mutex_unlock(&s->mu);
+    return c ? rc : not_found(err, "Conversation", id);
 }
 
 int nv_conv_item_get(nv_conv_store *s, const char *id, const char *item, char **out, nv_api_error *err) {

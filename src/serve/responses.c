@@ -927,35 +927,33 @@ int nv_resp_input_items(nv_resp_store *s, const char *id, const char *limit, con
     return nv_resp_item_page(items, limit, order, after, owner, out, err);
 }
 
-int nv_resp_item_page(cJSON *items, const char *limit, const char *order, const char *after, const char *owner, char **out,
-                      nv_api_error *err) {
+int nv_resp_item_page_of(const cJSON *items, const char *limit, const char *order, const char *after, const char *owner, char **out,
+                         nv_api_error *err) {
     long n = 20;
     if (limit) {
         char *end;
         n = strtol(limit, &end, 10);
         if (!*limit || *end || n < 1 || n > 100) {
-            cJSON_Delete(items);
             return bad(err, NULL, "limit", "'limit' must be a whole number from 1 to 100, not '%.40s'", limit);
         }
     }
     if (order && strcmp(order, "asc") && strcmp(order, "desc")) {
-        cJSON_Delete(items);
         return bad(err, NULL, "order", "'order' must be 'asc' or 'desc', not '%.40s'", order);
     }
     const int asc = order && !strcmp(order, "asc");
     cJSON *data = cJSON_CreateArray(), *o = cJSON_CreateObject();
     if (!data || !o) {
-        cJSON_Delete(items), cJSON_Delete(data), cJSON_Delete(o);
+        cJSON_Delete(data), cJSON_Delete(o);
         return nv_api_oom(err);
     }
     const int total = cJSON_GetArraySize(items);
-    cJSON **list = malloc(((size_t)total + 1) * sizeof *list); /* indexed: cJSON_GetArrayItem walks from the start */
+    const cJSON **list = malloc(((size_t)total + 1) * sizeof *list); /* indexed: cJSON_GetArrayItem walks from the start */
     if (!list) {
-        cJSON_Delete(items), cJSON_Delete(data), cJSON_Delete(o);
+        cJSON_Delete(data), cJSON_Delete(o);
         return nv_api_oom(err);
     }
     int k = 0;
-    for (cJSON *it = items->child; it; it = it->next) list[k++] = it;
+    for (const cJSON *it = items->child; it; it = it->next) list[k++] = it;
     int at = asc ? 0 : total - 1, found = after == NULL;
     for (; at >= 0 && at < total && !found; at += asc ? 1 : -1) { /* the item after `after`, in this order */
         const char *iid = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(list[at], "id"));
@@ -963,14 +961,13 @@ int nv_resp_item_page(cJSON *items, const char *limit, const char *order, const 
     }
     if (!found) {
         free(list);
-        cJSON_Delete(items), cJSON_Delete(data), cJSON_Delete(o);
+        cJSON_Delete(data), cJSON_Delete(o);
         return bad(err, NULL, "after", "'after': %s has no item '%.100s'", owner, after);
     }
     int taken = 0;
     for (; at >= 0 && at < total && taken < n; at += asc ? 1 : -1, taken++) cJSON_AddItemToArray(data, cJSON_Duplicate(list[at], 1));
     const int more = at >= 0 && at < total;
     free(list);
-    cJSON_Delete(items);
     cJSON_AddStringToObject(o, "object", "list");
     cJSON_AddItemToObject(o, "data", data);
     const char *first = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(data->child, "id"));
@@ -979,4 +976,12 @@ int nv_resp_item_page(cJSON *items, const char *limit, const char *order, const 
     cJSON_AddItemToObject(o, "last_id", last ? cJSON_CreateString(last) : cJSON_CreateNull());
     cJSON_AddBoolToObject(o, "has_more", more);
     return (*out = nv_api_print_free(o)) ? 0 : nv_api_oom(err);
+}
+
+
+int nv_resp_item_page(cJSON *items, const char *limit, const char *order, const char *after, const char *owner, char **out,
+                      nv_api_error *err) {
+    const int rc = nv_resp_item_page_of(items, limit, order, after, owner, out, err);
+    cJSON_Delete(items);
+    return rc;
 }

@@ -104,6 +104,9 @@ int nv_resp_items_take(const cJSON *items, const char *param, cJSON **out, nv_ap
  * error's status. */
 int nv_resp_item_page(cJSON *items, const char *limit, const char *order, const char *after, const char *owner, char **out,
                       nv_api_error *err);
+/* The same of a list it leaves as it is (only the page is copied: a conversation's, under its lock). */
+int nv_resp_item_page_of(const cJSON *items, const char *limit, const char *order, const char *after, const char *owner, char **out,
+                         nv_api_error *err);
 void nv_resp_meta_free(nv_resp_meta *m);
 
 typedef struct {
