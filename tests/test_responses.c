@@ -1222,6 +1222,32 @@ static void test_conversations_unit(void) {
     }
     nv_conv_store_stats(s, &count, &bytes);
     T_CHECK(count == 0 && bytes == 0, "all deleted: %zu in %zu bytes", count, bytes);
+    nv_conv_store_free(s);
+    /* thousands of conversations (their index grown twice): each found, those deleted gone, the rest kept */
+    T_CHECK(nv_conv_store_new(64u << 20, &s) == NV_OK, "a larger store");
+    enum { MANY = 3000 };
+    static char many_ids[MANY][48];
+    int made = 0;
+    for (int k = 0; k < MANY && s; k++) {
+        if (CONV(nv_conv_create(s, "{}", 2, &out, &e)) != 0) break;
+        cJSON *c = cJSON_Parse(out);
+        snprintf(many_ids[k], sizeof many_ids[k], "%s", field_str(c, "id"));
+        cJSON_Delete(c), free(out);
+        made++;
+    }
+    int found = 0, deleted = 0, gone = 0;
+    for (int k = 0; k < made; k++) {
+        if (CONV(nv_conv_get(s, many_ids[k], &out, &e)) == 0) found++, free(out);
+        if (k % 3 == 0 && CONV(nv_conv_delete(s, many_ids[k], &out, &e)) == 0) deleted++, free(out);
+    }
+    for (int k = 0; k < made; k++) {
+        const int st = CONV(nv_conv_get(s, many_ids[k], &out, &e));
+        if (st == 0) free(out);
+        gone += (k % 3 == 0) == (st == 404);
+    }
+    nv_conv_store_stats(s, &count, &bytes);
+    T_CHECK(made == MANY && found == MANY && deleted == (MANY + 2) / 3 && gone == MANY && count == (size_t)(MANY - deleted),
+            "%d made, %d found, %d deleted, %d as they should be, %zu left", made, found, deleted, gone, count);
 #undef CONV
     cJSON_Delete(own);
     nv_conv_store_free(s);

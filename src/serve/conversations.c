@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/hash.h"
 #include "base/log.h"
 #include "serve/files.h"
 #include "serve/responses.h"
@@ -17,6 +18,7 @@
 
 typedef struct conv {
     struct conv *prev, *next; /* by use, the most recent first */
+    struct conv *hnext;       /* the next in its bucket of the index by id */
     char id[48];
     long created;
     cJSON *metadata; /* an object */
@@ -28,6 +30,8 @@ struct nv_conv_store {
     pthread_mutex_t mu;
     conv *first, *last;
     size_t cap, bytes, count;
+    conv **buckets; /* the index by id (a lookup is not a walk of every conversation under the lock) */
+    size_t n_buckets; /* a power of two, at least count */
 };
 
 nv_err nv_conv_store_new(size_t cap, nv_conv_store **out) {
@@ -51,6 +55,7 @@ void nv_conv_store_free(nv_conv_store *s) {
         next = c->next;
         conv_free(c);
     }
+    free(s->buckets);
     pthread_mutex_destroy(&s->mu);
     free(s);
 }
@@ -103,10 +108,45 @@ static void push_front(nv_conv_store *s, conv *c) {
     s->first = c;
 }
 
+static conv **bucket_of(const nv_conv_store *s, const char *id) {
+    return &s->buckets[nv_hash64(id, strlen(id), 31) & (s->n_buckets - 1)];
+}
+
+/* c into the store as the most recently used (under mu): 1, or 0 when the index cannot grow. */
+static int store_add(nv_conv_store *s, conv *c) {
+    if (s->count + 1 > s->n_buckets) { /* the index doubled, every conversation moved over */
+        const size_t n = s->n_buckets ? 2 * s->n_buckets : 1024;
+        conv **b = calloc(n, sizeof *b);
+        if (!b) return 0;
+        free(s->buckets);
+        s->buckets = b, s->n_buckets = n;
+        for (conv *x = s->first; x; x = x->next) {
+            conv **at = bucket_of(s, x->id);
+            x->hnext = *at, *at = x;
+        }
+    }
+    push_front(s, c);
+    conv **at = bucket_of(s, c->id);
+    c->hnext = *at, *at = c;
+    s->bytes += c->bytes, s->count++;
+    return 1;
+}
+
+/* c out of the store (under mu; the caller frees it). */
+static void store_drop(nv_conv_store *s, conv *c) {
+    for (conv **at = bucket_of(s, c->id); *at; at = &(*at)->hnext)
+        if (*at == c) {
+            *at = c->hnext;
+            break;
+        }
+    unlink_conv(s, c);
+    s->bytes -= c->bytes, s->count--;
+}
+
 /* Conversation id, made the most recently used (under mu), or NULL. */
 static conv *find(nv_conv_store *s, const char *id) {
-    conv *c = s->first;
-    while (c && strcmp(c->id, id)) c = c->next;
+    conv *c = s->n_buckets ? *bucket_of(s, id) : NULL;
+    while (c && strcmp(c->id, id)) c = c->hnext;
     if (c && c != s->first) unlink_conv(s, c), push_front(s, c);
     return c;
 }
@@ -116,8 +156,7 @@ static void make_room(nv_conv_store *s, const conv *keep) {
     for (conv *c = s->last; c && s->bytes > s->cap;) {
         conv *prev = c->prev;
         if (c != keep) {
-            unlink_conv(s, c);
-            s->bytes -= c->bytes, s->count--;
+            store_drop(s, c);
             conv_free(c);
         }
         c = prev;
@@ -240,11 +279,9 @@ int nv_conv_create(nv_conv_store *s, const char *body, size_t len, char **out, n
     c->created = (long)time(NULL);
     c->bytes = sizeof *c + md_bytes;
     pthread_mutex_lock(&s->mu);
-    push_front(s, c);
-    s->bytes += c->bytes, s->count++;
-    const int added = items ? add_items(s, c, items) : 1;
+    const int in = store_add(s, c), added = !in ? -1 : items ? add_items(s, c, items) : 1;
     if (added > 0) make_room(s, c);
-    else unlink_conv(s, c), s->bytes -= c->bytes, s->count--;
+    else if (in) store_drop(s, c);
     *out = added > 0 ? conv_json(c) : NULL;
     pthread_mutex_unlock(&s->mu);
     cJSON_Delete(items);
@@ -289,10 +326,7 @@ int nv_conv_update(nv_conv_store *s, const char *id, const char *body, size_t le
 int nv_conv_delete(nv_conv_store *s, const char *id, char **out, nv_api_error *err) {
     pthread_mutex_lock(&s->mu);
     conv *c = find(s, id);
-    if (c) {
-        unlink_conv(s, c);
-        s->bytes -= c->bytes, s->count--;
-    }
+    if (c) store_drop(s, c);
     pthread_mutex_unlock(&s->mu);
     if (!c) return not_found(err, "Conversation", id);
     conv_free(c);
