@@ -1045,6 +1045,17 @@ static void test_truncation_unit(void) {
              "{\"role\":\"user\",\"content\":\"Go on.\"}]}",
              C_TOOLS);
     T_CHECK(same_as_chat(&ctx, r, c, why, sizeof why), "the calls dropped with their outputs: %s", why);
+    /* two calls dropped, their ids out of order: each output goes with its call */
+    snprintf(r, sizeof r,
+             "{%s,\"truncation\":\"auto\",\"input\":[{\"role\":\"user\",\"content\":\"%s\"},"
+             "{\"type\":\"function_call\",\"call_id\":\"call_z\",\"name\":\"play\",\"arguments\":\"{\\\"toy\\\":\\\"%s\\\"}\"},"
+             "{\"type\":\"function_call\",\"call_id\":\"call_a\",\"name\":\"play\",\"arguments\":\"{\\\"toy\\\":\\\"%s\\\"}\"},"
+             "{\"type\":\"function_call\",\"call_id\":\"call_b\",\"name\":\"play\",\"arguments\":\"{}\"},"
+             "{\"type\":\"function_call_output\",\"call_id\":\"call_z\",\"output\":\"vroom\"},"
+             "{\"type\":\"function_call_output\",\"call_id\":\"call_a\",\"output\":\"zoom\"},"
+             "{\"type\":\"function_call_output\",\"call_id\":\"call_b\",\"output\":\"no\"},{\"role\":\"user\",\"content\":\"Go on.\"}]}",
+             R_TOOLS, longer, longer, longer);
+    T_CHECK(same_as_chat(&ctx, r, c, why, sizeof why), "two calls dropped with their outputs: %s", why);
     nv_api_request q;
     nv_resp_meta m;
     nv_api_error e;

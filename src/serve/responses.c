@@ -241,6 +241,8 @@ static cJSON *echo_of(const cJSON *in) {
 
 static void normalize_items(cJSON *list);
 
+static int by_text(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
+
 /* The request's input as a list of items, each with a type and an id (a string: one user message). */
 static int own_items(const cJSON *in, cJSON **out, nv_api_error *err) {
     const cJSON *input = nv_api_field(in, "input");
@@ -481,25 +483,32 @@ static int translate(const cJSON *in, translate_args *a, cJSON *out, nv_api_erro
     cJSON *gone = a->drop ? cJSON_CreateArray() : NULL; /* truncation: the oldest first, never the last */
     for (int k = 0; k < a->drop && gone && context->child && context->child->next; k++, base--) /* (base below 0: own items dropped) */
         cJSON_AddItemToArray(gone, cJSON_DetachItemViaPointer(context, context->child));
-    for (cJSON *it = gone ? context->child : NULL, *next; it && it->next; it = next) { /* a call's output goes with its call */
+    /* a call's output goes with its call (the calls dropped sorted: a body of many calls and outputs is
+       not a product of the two, each time truncation tries a length) */
+    int n_calls = 0;
+    const char **calls = gone ? malloc(((size_t)cJSON_GetArraySize(gone) + 1) * sizeof *calls) : NULL;
+    for (const cJSON *g = calls ? gone->child : NULL; g; g = g->next) {
+        const char *call = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(g, "call_id"));
+        if (call && type_of(g) && !strcmp(type_of(g), "function_call")) calls[n_calls++] = call;
+    }
+    if (n_calls > 1) qsort(calls, (size_t)n_calls, sizeof *calls, by_text);
+    for (cJSON *it = n_calls ? context->child : NULL, *next; it && it->next; it = next) {
         next = it->next;
         const char *t = type_of(it), *call = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(it, "call_id"));
-        for (const cJSON *g = gone->child; call && t && !strcmp(t, "function_call_output") && g; g = g->next)
-            if (!strcmp(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(g, "call_id")) ?: "", call) && type_of(g) &&
-                !strcmp(type_of(g), "function_call")) {
-                cJSON_Delete(cJSON_DetachItemViaPointer(context, it)); /* (names no longer matter: the first parse checked every item) */
-                break;
-            }
+        if (call && t && !strcmp(t, "function_call_output") && bsearch(&call, calls, (size_t)n_calls, sizeof *calls, by_text))
+            cJSON_Delete(cJSON_DetachItemViaPointer(context, it)); /* (names no longer matter: the first parse checked every item) */
     }
-    if (a->drop && !gone) rc = nv_api_oom(err);
+    free(calls);
+    if (a->drop && (!gone || !calls)) rc = nv_api_oom(err);
     cJSON_Delete(gone);
     if (!rc) rc = context ? translate_input(in, context, base, a->meta->convs ? "conversation" : "previous_response_id", "input", out, err)
                           : nv_api_oom(err);
     const int keep = a->store && !cJSON_IsFalse(store);
     if (!rc && (keep || a->meta->convs)) { /* kept, or added to the conversation, once it finishes, as kept_item gives them */
         if (keep) a->meta->keep = a->store;
-        a->meta->context = kept_items(context), a->meta->input = kept_items(own);
-        if (!a->meta->context || !a->meta->input) rc = nv_api_oom(err);
+        /* (the context only for a kept response: a conversation's items are the conversation's own) */
+        a->meta->context = keep ? kept_items(context) : NULL, a->meta->input = kept_items(own);
+        if ((keep && !a->meta->context) || !a->meta->input) rc = nv_api_oom(err);
     }
     cJSON_Delete(context), cJSON_Delete(own);
     return rc;
