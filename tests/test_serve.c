@@ -1719,6 +1719,8 @@ static void test_bad_requests_table(void) {
         {"POST", C, "\"hi\"", 400, NULL, "invalid_json"},
         {"POST", C, "{\"prompt\":\"x\"} trailing", 400, NULL, "invalid_json"},
         {"POST", C, deep, 400, NULL, "invalid_json"},
+        {"POST", C, "{\"prompt\":\"caf\xe9\"}", 400, NULL, "invalid_json"}, /* Latin-1, not UTF-8 */
+        {"POST", H, "{\"messages\":[{\"role\":\"user\",\"content\":\"\xed\xa0\x80\"}]}", 400, NULL, "invalid_json"}, /* a surrogate's bytes */
         {"POST", C, "{}", 400, "prompt", NULL},
         {"POST", C, "{\"prompt\":5}", 400, "prompt", NULL},
         {"POST", C, "{\"prompt\":[]}", 400, "prompt", NULL},

@@ -15,6 +15,7 @@
 #include "base/log.h"
 #include "base/rng.h"
 #include "base/timer.h"
+#include "base/utf8.h"
 #include "serve/gbnf.h"
 #include "serve/schema.h"
 
@@ -1602,6 +1603,10 @@ static int has_nul_escape(const char *body, size_t len) {
 
 /* The body as JSON of any kind (NULL with err set when it is none). */
 static cJSON *body_json(const char *body, size_t len, const char *expected, nv_api_error *err) {
+    if (body && !nv_utf8_valid(body, len)) { /* (JSON text is UTF-8: its strings come back in answers as they came) */
+        nv_api_error_set(err, E400, "invalid_json", NULL, "We could not parse the JSON body of your request: it is not valid UTF-8");
+        return NULL;
+    }
     if (body && has_nul_escape(body, len)) {
         nv_api_error_set(err, E400, "invalid_json", NULL, "The request holds the escape \\u0000: NUL characters are not supported");
         return NULL;
