@@ -942,6 +942,20 @@ static void test_failed_saves(void) {
     } else {
         T_CHECK(0, "%s", nv_errmsg());
     }
+    /* a LoRA run whose last checkpoint's adapters cannot be written fails rather than leave an
+       earlier checkpoint's adapter.gguf (or none) as the run's */
+    const char *base = t_data("models/stories260K.bin");
+    if (!base) return;
+    char base_path[700];
+    snprintf(base_path, sizeof base_path, "%s", base);
+    snprintf(dir, sizeof dir, "%s/no_adapters", t_tmpdir());
+    snprintf(path, sizeof path, "%s/adapter.gguf/x", dir);
+    T_CHECK(nv_mkdirs(path) == NV_OK, "%s", path);
+    train_args_from(args, sizeof args, dir, "--steps 4 --lora-rank 4 --no-merge");
+    char with_base[4096 + 720];
+    snprintf(with_base, sizeof with_base, "%s --init-from %s", args, base_path);
+    const int lrc = run_nerve(with_base, err, sizeof err);
+    T_CHECK(lrc != 0 && strstr(err, "adapter.gguf is not written") && strstr(err, "ckpt.bin holds the adapters"), "exit %d: %s", lrc, err);
 }
 
 /* --save-best and --early-stop. stories260K fine-tuned on text unlike its own (a few made-up words

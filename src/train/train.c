@@ -972,6 +972,7 @@ typedef struct {
     float last_loss;
     double epoch_windows; /* windows a pass over the training data takes */
     char procs[64];       /* " x N processes (...)" */
+    int adapters_behind;  /* LoRA: the latest checkpoint's adapters were not written (adapter.gguf is an older one's, or none) */
     char best_dir[4200], ckpt_path[4200], metrics_path[4200], svg_path[4200], adapter_path[4200], samples_path[4200];
 } train_run;
 
@@ -1421,7 +1422,7 @@ static void save_snapshot(train_run *r, long step) {
 }
 
 /* The checkpoint, atomically, with a LoRA run's adapters beside it and the loss curve. */
-static nv_err save_checkpoint(const train_run *r) {
+static nv_err save_checkpoint(train_run *r) {
     const nv_train_opts *o = r->o;
     nv_ckpt_header h;
     memset(&h, 0, sizeof h);
@@ -1452,8 +1453,8 @@ static nv_err save_checkpoint(const train_run *r) {
     /* the adapters as llama.cpp reads them, and as PEFT does (adapter_config.json and
        adapter_model.safetensors in the run folder), with every checkpoint (a run that dies before
        its end still leaves the ones its checkpoint holds, to use with --lora) */
-    if (r->lora && nv_gguf_save_lora(&o->config, &o->lora, r->tm.lora_params, r->adapter_path) != NV_OK)
-        nv_warn("%s not written: %s", r->adapter_path, nv_errmsg());
+    r->adapters_behind = r->lora && nv_gguf_save_lora(&o->config, &o->lora, r->tm.lora_params, r->adapter_path) != NV_OK;
+    if (r->adapters_behind) nv_warn("%s not written: %s", r->adapter_path, nv_errmsg());
     if (r->lora && nv_hf_save_lora(&o->config, &o->lora, r->tm.lora_params, o->lora_dropout, o->out_dir) != NV_OK)
         nv_warn("%s/adapter_model.safetensors not written: %s", o->out_dir, nv_errmsg());
     write_svg(r->svg_path, &r->tr, &r->va, o->steps);
@@ -1516,6 +1517,11 @@ static void save_best_merged(const train_run *r) {
 static nv_err save_final(train_run *r) {
     char path[4200];
     nv_err e, failed = NV_OK;
+    if (r->lora && r->adapters_behind) { /* (an earlier checkpoint's adapters must not pass for the run's) */
+        unlink(r->adapter_path);
+        return nv_fail(NV_EIO, "%s is not written: the checkpoint %s holds the adapters (nerve export %s -o FILE writes the merged model)",
+                       r->adapter_path, r->ckpt_path, r->o->out_dir);
+    }
     if (r->lora) { /* adapter.gguf was written with the last checkpoint */
         if (nv_file_exists(r->adapter_path)) nv_info("wrote %s", r->adapter_path);
         nv_model_free_plans(&r->tm.m);
