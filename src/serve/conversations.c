@@ -185,21 +185,49 @@ static cJSON *item_in(const conv *c, const char *item_id, int *index) {
     return NULL;
 }
 
+typedef struct {
+    const char *id;
+    int at;
+    const cJSON *it;
+} new_id;
+
+static int by_id_then_place(const void *a, const void *b) {
+    const new_id *x = a, *y = b;
+    const int c = strcmp(x->id, y->id);
+    return c ? c : (x->at > y->at) - (x->at < y->at);
+}
+
+/* The items whose ids c holds already (c NULL: none) or an earlier one of items holds, in the order
+ * of their ids (then their places), into *out (*n of them; the caller frees it): 0, or -1 out of
+ * memory. Sorted, not pairwise: a conversation may hold many items, and this runs under the store's
+ * lock. */
+static int clashing_items(const conv *c, const cJSON *items, const cJSON ***out, int *n) {
+    int n_have, m = 0, at = 0;
+    const char **have = sorted_ids(c ? c->items : NULL, &n_have);
+    const int cap = cJSON_GetArraySize(items);
+    new_id *v = cap ? malloc((size_t)cap * sizeof *v) : NULL;
+    *out = cap ? malloc((size_t)cap * sizeof **out) : NULL;
+    *n = 0;
+    const int ok = n_have >= 0 && (!cap || (v && *out));
+    for (const cJSON *it = ok ? items->child : NULL; it; it = it->next, at++)
+        if (id_of(it)) v[m++] = (new_id){id_of(it), at, it};
+    if (m > 1) qsort(v, (size_t)m, sizeof *v, by_id_then_place);
+    for (int k = 0; k < m; k++)
+        if ((k && !strcmp(v[k].id, v[k - 1].id)) || (n_have && bsearch(&v[k].id, have, (size_t)n_have, sizeof *have, by_text)))
+            (*out)[(*n)++] = v[k].it;
+    free(have), free(v);
+    return ok ? 0 : -1;
+}
+
 /* The first id among items that c holds already or that two of them share, copied to out (cap
- * bytes): 1 when there is one, 0 none, -1 out of memory. Sorted, not pairwise: a conversation may
- * hold many items, and this runs under the store's lock. */
+ * bytes): 1 when there is one, 0 none, -1 out of memory. */
 static int duplicate_id(const conv *c, const cJSON *items, char *out, size_t cap) {
-    int n_have, n_new, found = 0;
-    const char **have = sorted_ids(c ? c->items : NULL, &n_have), **mine = sorted_ids(items, &n_new);
-    if (n_have < 0 || n_new < 0) found = -1;
-    for (int k = 0; found == 0 && k < n_new; k++) {
-        if ((k && !strcmp(mine[k], mine[k - 1])) || (n_have && bsearch(&mine[k], have, (size_t)n_have, sizeof *have, by_text))) {
-            snprintf(out, cap, "%s", mine[k]);
-            found = 1;
-        }
-    }
-    free(have), free(mine);
-    return found;
+    const cJSON **clash;
+    int n;
+    const int rc = clashing_items(c, items, &clash, &n);
+    if (!rc && n) snprintf(out, cap, "%s", id_of(clash[0]));
+    free(clash);
+    return rc ? -1 : n > 0;
 }
 
 /* Adds a copy of items to c (under mu): 1, 0 when that would take c past a quarter of the cap, -1
@@ -427,38 +455,14 @@ static int renew_id(cJSON *it) {
     return 0;
 }
 
-typedef struct {
-    const char *id;
-    int at;
-    cJSON *it;
-} new_id;
-
-static int by_id_then_place(const void *a, const void *b) {
-    const new_id *x = a, *y = b;
-    const int c = strcmp(x->id, y->id);
-    return c ? c : (x->at > y->at) - (x->at < y->at);
-}
-
-/* Fresh ids for the items whose ids c holds already or an earlier one of items holds (ids another
- * request added meanwhile): one pass over sorted ids, as this runs under the store's lock. 1, or 0
- * out of memory. */
+/* Fresh ids for the items of ours whose ids c holds already or an earlier one of items holds (ids
+ * another request added meanwhile): 1, or 0 out of memory. */
 static int renew_clashing_ids(const conv *c, cJSON *items) {
-    int n_have, m = 0, nr = 0;
-    const char **have = sorted_ids(c->items, &n_have);
-    const int n = cJSON_GetArraySize(items);
-    new_id *v = n ? malloc((size_t)n * sizeof *v) : NULL;
-    cJSON **renew = n ? malloc((size_t)n * sizeof *renew) : NULL;
-    int ok = n_have >= 0 && (!n || (v && renew));
-    int at = 0;
-    for (cJSON *it = items->child; ok && it; it = it->next, at++)
-        if (id_of(it)) v[m++] = (new_id){id_of(it), at, it};
-    if (ok && m > 1) qsort(v, (size_t)m, sizeof *v, by_id_then_place);
-    for (int k = 0; ok && k < m; k++)
-        if ((k && !strcmp(v[k].id, v[k - 1].id)) || (n_have && bsearch(&v[k].id, have, (size_t)n_have, sizeof *have, by_text)))
-            renew[nr++] = v[k].it;
-    free(have), free(v);
-    for (int k = 0; ok && k < nr; k++) ok = renew_id(renew[k]);
-    free(renew);
+    const cJSON **clash;
+    int n;
+    int ok = clashing_items(c, items, &clash, &n) == 0;
+    for (int k = 0; ok && k < n; k++) ok = renew_id((cJSON *)clash[k]); /* (items is the caller's own copy) */
+    free(clash);
     return ok;
 }
 
