@@ -73,3 +73,5 @@ void nv_buf_free(nv_buf *b) {
     b->len = b->cap = 0;
     b->oom = 0;
 }
+
+int nv_strcmp_ptrs(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }

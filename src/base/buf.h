@@ -13,6 +13,9 @@ typedef struct {
     int oom;
 } nv_buf;
 
+/* qsort's and bsearch's order of C strings held by pointer (strcmp's). */
+int nv_strcmp_ptrs(const void *a, const void *b);
+
 void nv_buf_append(nv_buf *b, const void *p, size_t n);
 void nv_buf_puts(nv_buf *b, const char *s);
 void nv_buf_printf(nv_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -76,8 +76,6 @@ static size_t json_bytes(const cJSON *j) {
 
 static const char *id_of(const cJSON *item) { return cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(item, "id")); }
 
-static int by_text(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
-
 /* The ids of list's items, sorted (*n of them; NULL with *n 0 when none or out of memory: -1). */
 static const char **sorted_ids(const cJSON *list, int *n) {
     const int cap = list ? cJSON_GetArraySize(list) : 0;
@@ -89,7 +87,7 @@ static const char **sorted_ids(const cJSON *list, int *n) {
     }
     for (const cJSON *it = cap ? list->child : NULL; it; it = it->next)
         if (id_of(it)) v[(*n)++] = id_of(it);
-    if (*n > 1) qsort(v, (size_t)*n, sizeof *v, by_text);
+    if (*n > 1) qsort(v, (size_t)*n, sizeof *v, nv_strcmp_ptrs);
     return v;
 }
 
@@ -213,7 +211,7 @@ static int clashing_items(const conv *c, const cJSON *items, const cJSON ***out,
         if (id_of(it)) v[m++] = (new_id){id_of(it), at, it};
     if (m > 1) qsort(v, (size_t)m, sizeof *v, by_id_then_place);
     for (int k = 0; k < m; k++)
-        if ((k && !strcmp(v[k].id, v[k - 1].id)) || (n_have && bsearch(&v[k].id, have, (size_t)n_have, sizeof *have, by_text)))
+        if ((k && !strcmp(v[k].id, v[k - 1].id)) || (n_have && bsearch(&v[k].id, have, (size_t)n_have, sizeof *have, nv_strcmp_ptrs)))
             (*out)[(*n)++] = v[k].it;
     free(have), free(v);
     return ok ? 0 : -1;

@@ -241,8 +241,6 @@ static cJSON *echo_of(const cJSON *in) {
 
 static void normalize_items(cJSON *list);
 
-static int by_text(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
-
 /* The request's input as a list of items, each with a type and an id (a string: one user message). */
 static int own_items(const cJSON *in, cJSON **out, nv_api_error *err) {
     const cJSON *input = nv_api_field(in, "input");
@@ -491,11 +489,11 @@ static int translate(const cJSON *in, translate_args *a, cJSON *out, nv_api_erro
         const char *call = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(g, "call_id"));
         if (call && type_of(g) && !strcmp(type_of(g), "function_call")) calls[n_calls++] = call;
     }
-    if (n_calls > 1) qsort(calls, (size_t)n_calls, sizeof *calls, by_text);
+    if (n_calls > 1) qsort(calls, (size_t)n_calls, sizeof *calls, nv_strcmp_ptrs);
     for (cJSON *it = n_calls ? context->child : NULL, *next; it && it->next; it = next) {
         next = it->next;
         const char *t = type_of(it), *call = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(it, "call_id"));
-        if (call && t && !strcmp(t, "function_call_output") && bsearch(&call, calls, (size_t)n_calls, sizeof *calls, by_text))
+        if (call && t && !strcmp(t, "function_call_output") && bsearch(&call, calls, (size_t)n_calls, sizeof *calls, nv_strcmp_ptrs))
             cJSON_Delete(cJSON_DetachItemViaPointer(context, it)); /* (names no longer matter: the first parse checked every item) */
     }
     free(calls);

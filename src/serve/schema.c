@@ -1210,8 +1210,6 @@ static int literal_trie(sc *c, char **lits, int n, size_t d) {
     return nv_gbuild_add(c->b, &body);
 }
 
-static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
-
 /* 1 when v is of one of the types named by type (a string or a list; NULL: any). */
 static int of_type(const cJSON *v, const cJSON *type) {
     if (!type) return 1;
@@ -1254,7 +1252,7 @@ static int gen_enum(sc *c, const cJSON *list, const cJSON *type, const char *key
         else if (strlen(lits[k++]) > MAX_ENUM_TEXT) fail(c, NV_EUNSUPPORTED, "'%s' values longer than 4096 bytes are not supported", key);
     }
     if (c->err == NV_OK) {
-        qsort(lits, (size_t)k, sizeof *lits, cmp_str);
+        qsort(lits, (size_t)k, sizeof *lits, nv_strcmp_ptrs);
         int u = 0; /* a value listed twice is one path */
         for (int i = 0; i < k; i++) {
             if (u && !strcmp(lits[u - 1], lits[i])) {

@@ -189,8 +189,6 @@ void nv_text_files_free(nv_text_files *f) {
     memset(f, 0, sizeof *f);
 }
 
-static int cmp_paths(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
-
 /* 1 when the file's first 8000 bytes hold a NUL byte (or it cannot be read: the reader says why). */
 static int looks_binary(const char *path) {
     FILE *f = fopen(path, "rb");
@@ -242,7 +240,7 @@ nv_err nv_data_text_files(const char *dir, nv_text_files *out) {
         e = nv_fail(NV_EINVAL, "%s holds no text file (%zu of the other data formats, %zu binary: give those by name)", dir,
                     out->other, out->binary);
     if (e != NV_OK) nv_text_files_free(out);
-    else qsort(out->paths, out->n, sizeof *out->paths, cmp_paths);
+    else qsort(out->paths, out->n, sizeof *out->paths, nv_strcmp_ptrs);
     return e;
 }
 
