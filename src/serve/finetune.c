@@ -85,6 +85,13 @@ static int models_of(const cJSON *o) {
     return 1 + (int)fmin(CKPT_KEEP, fmax(0, epochs - 1));
 }
 
+/* The models the jobs yet to end will serve (under mu). */
+static int pending_models(const nv_ftjobs *j) {
+    int pending = 0;
+    for (int i = 0; i < j->r.n; i++) pending += ended(status_of(j->r.v[i].o)) ? 0 : models_of(j->r.v[i].o);
+    return pending;
+}
+
 static int deleted(const cJSON *o) { return cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "nerve_deleted")); }
 
 /* The step of a record's earlier epoch's model ({step, model, ...}), -1 when the entry is not whole
@@ -1303,9 +1310,7 @@ int nv_ftjobs_create(nv_ftjobs *j, const char *body, size_t len, char **out, nv_
     snprintf(tmp.id, sizeof tmp.id, "%.30s", id);
     /* room to serve its models once it succeeds: the adapters' places, less those of jobs yet to end
        (counted here, with the job added under the same lock: two creates at once cannot both take the last) */
-    int pending = models_of(o), live;
-    for (int i = 0; i < j->r.n; i++) pending += ended(status_of(j->r.v[i].o)) ? 0 : models_of(j->r.v[i].o);
-    live = nv_adapters_live_count(j->o.adapters);
+    const int pending = models_of(o) + pending_models(j), live = nv_adapters_live_count(j->o.adapters);
     const int full = err == NV_OK && live + pending > NV_MAX_ADAPTERS;
     if (full) err = NV_EINVAL;
     if (err == NV_OK) event(j, id, "info", "message", NULL, "Created fine-tuning job: %s", id);
@@ -1584,8 +1589,7 @@ int nv_ftjobs_owns(nv_ftjobs *j, const char *model) {
 
 int nv_ftjobs_pending_models(nv_ftjobs *j) {
     pthread_mutex_lock(&j->mu);
-    int pending = 0;
-    for (int i = 0; i < j->r.n; i++) pending += ended(status_of(j->r.v[i].o)) ? 0 : models_of(j->r.v[i].o);
+    const int pending = pending_models(j);
     pthread_mutex_unlock(&j->mu);
     return pending;
 }
