@@ -11,21 +11,22 @@ static const struct {
     const char *name;
     int (*fn)(int, char **);
     const char *help;
+    int writes_and_ends; /* it writes its files and is done: one stopped by a signal leaves no temporary file */
 } commands[] = {
-    {"train", cmd_train, "train a model from scratch, fine-tune one, or resume a run"},
-    {"export", cmd_export, "write a run, checkpoint or model as a llama2.c, GGUF (quantized or not) or Hugging Face model"},
-    {"generate", cmd_generate, "sample text from a checkpoint"},
-    {"chat", cmd_chat, "talk with a chat model in the terminal"},
-    {"serve", cmd_serve, "OpenAI-compatible HTTP server with continuous batching"},
-    {"batch", cmd_batch, "answer a file of OpenAI batch requests offline (continuous batching, in the input's order)"},
-    {"tokenize", cmd_tokenize, "print the token ids of a text, or write text files' tokens as a training shard"},
-    {"tokenizer", cmd_tokenizer, "train a BPE tokenizer (tokenizer train)"},
-    {"bench", cmd_bench, "measure the engines, training, generation and serving against peers"},
-    {"init", cmd_init, "write a randomly initialised checkpoint of a preset shape"},
-    {"perplexity", cmd_perplexity, "score a text: perplexity, and the KL divergence from a reference model"},
-    {"imatrix", cmd_imatrix, "an importance matrix of a model over a text, for export --imatrix's quantization"},
-    {"tune", cmd_tune, "measure which engine and prefill chunk serve a model fastest here, and keep the choice"},
-    {"info", cmd_info, "what this machine offers: CPU, features, engines"},
+    {"train", cmd_train, "train a model from scratch, fine-tune one, or resume a run", 0},
+    {"export", cmd_export, "write a run, checkpoint or model as a llama2.c, GGUF (quantized or not) or Hugging Face model", 1},
+    {"generate", cmd_generate, "sample text from a checkpoint", 0},
+    {"chat", cmd_chat, "talk with a chat model in the terminal", 0},
+    {"serve", cmd_serve, "OpenAI-compatible HTTP server with continuous batching", 0},
+    {"batch", cmd_batch, "answer a file of OpenAI batch requests offline (continuous batching, in the input's order)", 0},
+    {"tokenize", cmd_tokenize, "print the token ids of a text, or write text files' tokens as a training shard", 1},
+    {"tokenizer", cmd_tokenizer, "train a BPE tokenizer (tokenizer train)", 1},
+    {"bench", cmd_bench, "measure the engines, training, generation and serving against peers", 0},
+    {"init", cmd_init, "write a randomly initialised checkpoint of a preset shape", 1},
+    {"perplexity", cmd_perplexity, "score a text: perplexity, and the KL divergence from a reference model", 0},
+    {"imatrix", cmd_imatrix, "an importance matrix of a model over a text, for export --imatrix's quantization", 1},
+    {"tune", cmd_tune, "measure which engine and prefill chunk serve a model fastest here, and keep the choice", 1},
+    {"info", cmd_info, "what this machine offers: CPU, features, engines", 0},
 };
 
 static void usage(FILE *f) {
@@ -48,12 +49,9 @@ int main(int argc, char **argv) {
         printf("nerve %s (built for x86-64-v3, AVX-512 and AMX dispatched at run time)\n", NV_COMMIT);
         return 0;
     }
-    /* the commands that write their files and are done: one stopped by a signal leaves no temporary file */
-    static const char *const writers[] = {"export", "init", "tokenize", "tokenizer", "imatrix", "tune"};
-    for (size_t i = 0; i < sizeof writers / sizeof writers[0]; i++)
-        if (!strcmp(argv[1], writers[i])) nv_file_clean_on_signals();
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (!strcmp(argv[1], commands[i].name)) {
+            if (commands[i].writes_and_ends) nv_file_clean_on_signals();
             const int rc = commands[i].fn(argc - 1, argv + 1);
             /* what it printed reached its file whole (stdout redirected to a full disk is a failure) */
             errno = 0;
