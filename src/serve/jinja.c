@@ -1080,6 +1080,13 @@ static jnode *parse_expr(parser *P, int condexpr) {
  * *which: the end tag found (its name consumed, the rest of its tag not). */
 static jnode *parse_body(parser *P, const char *const *ends, const char **which);
 
+/* names[0, nn) as x's names (for's targets, a macro's parameters, with's names), in the program's memory. */
+static void keep_names(parser *P, jnode *x, const jstr *const *names, int nn) {
+    x->names = jalloc(P->c, sizeof *x->names * (size_t)(nn ? nn : 1));
+    memcpy(x->names, names, sizeof *names * (size_t)nn);
+    x->n_names = nn;
+}
+
 /* A macro's parameters, the '(' read: names (with their defaults as x's kids, NULL where none) up to ')'. */
 static void parse_params(parser *P, jnode *x) {
     const jstr *names[64];
@@ -1094,9 +1101,7 @@ static void parse_params(parser *P, jnode *x) {
         P->t++;
     }
     expect_op(P, ')', "expected ')' after the parameters");
-    x->names = jalloc(P->c, sizeof *x->names * (size_t)(nn ? nn : 1));
-    memcpy(x->names, names, sizeof *names * (size_t)nn);
-    x->n_names = nn;
+    keep_names(P, x, names, nn);
 }
 
 static jnode *parse_stmt(parser *P) {
@@ -1129,9 +1134,7 @@ static jnode *parse_stmt(parser *P) {
             if (nn == 8) perr(P, "too many loop targets");
             names[nn++] = expect_name(P, "expected a loop variable");
         } while (is_op(P->t, ',') && (P->t++, 1));
-        x->names = jalloc(P->c, sizeof *x->names * (size_t)nn);
-        memcpy(x->names, names, sizeof *names * (size_t)nn);
-        x->n_names = nn;
+        keep_names(P, x, names, nn);
         if (!is_name(P->t, "in")) perr(P, "expected 'in' in a for loop");
         P->t++;
         x->kid[0] = parse_expr(P, 0);
@@ -1204,9 +1207,7 @@ static jnode *parse_stmt(parser *P) {
             if (!is_op(P->t, ',')) break;
             P->t++;
         }
-        x->names = jalloc(P->c, sizeof *x->names * (size_t)(nn ? nn : 1));
-        memcpy(x->names, names, sizeof *names * (size_t)nn);
-        x->n_names = nn;
+        keep_names(P, x, names, nn);
         expect_end(P);
         static const char *const end[] = {"endwith", NULL};
         add_kid(P, x, parse_body(P, end, &which), NULL);
