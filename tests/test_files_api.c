@@ -1257,7 +1257,7 @@ static void test_fine_tuning_unloadable(void) {
     if (!model_path() || !tok_path()) return;
     const char *dir = t_path("ftkstore");
     char args[2048], chat[64], body[512], path[800], id[64];
-    snprintf(args, sizeof args, "--kv-memory 64M --kv-disk-cache 0 --api-key sk-files --files-dir '%s'", dir);
+    snprintf(args, sizeof args, FLAGS " --api-key sk-files --files-dir '%s'", dir);
     server s;
     if (!chat_server(&s, "ftk", "NERVE_TEST_STEP_DELAY_MS=30", args, chat)) return;
     snprintf(body, sizeof body, "{\"model\":\"stories260K\",\"training_file\":\"%s\",\"hyperparameters\":{\"n_epochs\":4,\"lora_rank\":16}}", chat);
@@ -1296,7 +1296,7 @@ static void test_fine_tuning_dies_at_its_end(void) {
     if (!model_path() || !tok_path()) return;
     const char *dir = t_path("ftdstore");
     char args[2048], chat[64], body[512], path[800], id[64];
-    snprintf(args, sizeof args, "--kv-memory 64M --kv-disk-cache 0 --api-key sk-files --files-dir '%s'", dir);
+    snprintf(args, sizeof args, FLAGS " --api-key sk-files --files-dir '%s'", dir);
     server s;
     if (!chat_server(&s, "ftd", "NERVE_TEST_DIE_BEFORE_RECORD=1", args, chat)) return;
     snprintf(body, sizeof body, "{\"model\":\"stories260K\",\"training_file\":\"%s\",\"hyperparameters\":{\"n_epochs\":1}}", chat);
