@@ -703,6 +703,42 @@ static void test_batch_cancel_priority(void) {
     T_CHECK(server_stop_within(&s, 20) == 0, "server exit");
 }
 
+/* An interactive request that finds every sequence taken by a batch's preempts it: it answers while
+ * the batch's request waits, and that request's answer is still the one the server gives it alone. */
+static void test_batch_preempted(void) {
+    if (!model_path() || !tok_path()) return;
+    char args[1024];
+    snprintf(args, sizeof args, FLAGS " --files-dir '%s' --max-batch 1", t_path("pstore")); /* (no key: /metrics is read) */
+    server s;
+    if (!server_spawn(&s, "preempted", NULL, "NERVE_TEST_STEP_DELAY_MS=15", model_path(), tok_path(), args, 60)) return;
+    static const char *body = "{\"messages\":[{\"role\":\"user\",\"content\":\"Tell me a story\"}],\"max_tokens\":150,\"temperature\":0,"
+                              "\"ignore_eos\":true}";
+    char line[400], fid[64], bid[64];
+    snprintf(line, sizeof line, "{\"custom_id\":\"long\",\"method\":\"POST\",\"url\":\"/v1/chat/completions\",\"body\":%s}\n", body);
+    upload_id(s.port, "batch", line, fid);
+    create_batch(s.port, fid, "/v1/chat/completions", bid);
+    int running = 0;
+    for (double t0 = now_s(); now_s() - t0 < 30 && !running; sleep_ms(10)) running = metric(s.port, "nerve_running_sequences") == 1;
+    sleep_ms(300);
+    resp r = {0};
+    T_CHECK(running && http(s.port, "POST", "/v1/chat/completions", KEY, bodies[0], &r) && r.status == 200, "interactive: %d", r.status);
+    resp_free(&r);
+    T_CHECK(metric(s.port, "nerve_preemptions_total") == 1, "%g preemptions", metric(s.port, "nerve_preemptions_total"));
+    cJSON *b = wait_batch(s.port, bid, "completed failed", 60);
+    char *out = cJSON_IsString(cJSON_GetObjectItemCaseSensitive(b, "output_file_id")) ? file_content(s.port, str_of(b, "output_file_id")) : NULL;
+    cJSON *lines[2] = {0};
+    T_CHECK(out && json_lines(out, lines, 2) == 1, "the batch's output: %s", out ? out : "(none)");
+    T_CHECK(http(s.port, "POST", "/v1/chat/completions", KEY, body, &r) && r.status == 200, "alone: %d", r.status);
+    cJSON *direct = cJSON_Parse(r.body ? r.body : "");
+    char *a = lines[0] ? core(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(lines[0], "response"), "body")) : NULL,
+         *d = core(direct);
+    T_CHECK(a && d && !strcmp(a, d), "the preempted answer\n%s\nis not the server's alone\n%s", a ? a : "", d ? d : "");
+    free(a), free(d), free(out);
+    cJSON_Delete(direct), cJSON_Delete(lines[0]), cJSON_Delete(b);
+    resp_free(&r);
+    T_CHECK(server_stop_within(&s, 20) == 0, "server exit");
+}
+
 /* ---- Anthropic's Message Batches ------------------------------------------------------------------- */
 
 static const char *const msg_params[] = {
@@ -2009,6 +2045,7 @@ int main(void) {
     T_RUN(test_batch);
     T_RUN(test_batch_restart);
     T_RUN(test_batch_cancel_priority);
+    T_RUN(test_batch_preempted);
     T_RUN(test_message_batches);
     T_RUN(test_uploads);
     T_RUN(test_fine_tuning);

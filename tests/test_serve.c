@@ -2486,17 +2486,22 @@ static void test_priority_order(void) {
     const int port = s.port;
     const int fd1 = open_stream(port, "{\"prompt\":\"Once upon a time\",\"max_tokens\":20,\"temperature\":0,\"stream\":true}");
     T_CHECK(fd1 >= 0 && wait_metric(port, "nerve_running_sequences", 1), "the first request did not start");
-    prio_job later = {.port = port, .priority = 0}, sooner = {.port = port, .priority = -5};
-    pthread_t t_later, t_sooner;
+    prio_job later = {.port = port, .priority = 0}, sooner = {.port = port, .priority = -5}, last = {.port = port, .priority = 0};
+    pthread_t t_later, t_sooner, t_last;
     pthread_create(&t_later, NULL, run_priority_job, &later);
     T_CHECK(wait_metric(port, "nerve_queue_depth", 1), "the second request is not queued");
-    pthread_create(&t_sooner, NULL, run_priority_job, &sooner);
+    pthread_create(&t_sooner, NULL, run_priority_job, &sooner); /* (it preempts the first, which waits again) */
     T_CHECK(wait_metric(port, "nerve_queue_depth", 2), "the third request is not queued");
+    pthread_create(&t_last, NULL, run_priority_job, &last);
+    T_CHECK(wait_metric(port, "nerve_queue_depth", 3), "the fourth request is not queued");
     if (fd1 >= 0) close(fd1); /* the first goes: the queue runs */
     pthread_join(t_later, NULL);
     pthread_join(t_sooner, NULL);
+    pthread_join(t_last, NULL);
     T_CHECK(later.status == 200 && sooner.status == 200 && sooner.t_done < later.t_done,
             "priority -5 (arrived second) done at %.3f, priority 0 at %.3f", sooner.t_done, later.t_done);
+    T_CHECK(last.status == 200 && later.t_done < last.t_done, "equal priorities out of their order: %.3f, %.3f", later.t_done,
+            last.t_done);
     /* truncate_prompt_tokens -1: a prompt past this pool's 48 positions keeps what it holds */
     char body[1200] = "{\"prompt\":\"";
     for (int i = 0; i < 60; i++) strcat(body, "dog ");
@@ -2504,6 +2509,117 @@ static void test_priority_order(void) {
     result cut;
     complete(port, 0, NULL, body, &cut);
     T_CHECK(cut.status == 200 && cut.prompt_tokens == 48, "truncate_prompt_tokens -1: %d, %d prompt tokens", cut.status, cut.prompt_tokens);
+    T_CHECK(server_stop(&s) == 0, "server did not exit 0");
+}
+
+/* Preemption: a request that outranks a running one and finds no room (no sequence free, or not
+ * enough KV blocks) sends it back to the queue; it goes on once the other has finished and its
+ * answer is the one it gives alone (greedy or seeded), its positions computed again. */
+typedef struct {
+    int port;
+    const char *body;
+    result res;
+    double t_done;
+} preempt_job;
+
+static void *run_preempt_job(void *arg) {
+    preempt_job *j = arg;
+    complete(j->port, 0, NULL, j->body, &j->res);
+    j->t_done = now_s();
+    return NULL;
+}
+
+/* Runs low, then (once it has decoded `after_ms`) high beside it; 1 when high finished first. */
+static int preempt_pair(int port, preempt_job *low, preempt_job *high, int after_ms) {
+    pthread_t tl, th;
+    low->port = high->port = port;
+    pthread_create(&tl, NULL, run_preempt_job, low);
+    int ok = wait_metric(port, "nerve_running_sequences", 1);
+    sleep_ms(after_ms);
+    pthread_create(&th, NULL, run_preempt_job, high);
+    pthread_join(th, NULL);
+    pthread_join(tl, NULL);
+    return ok && high->res.status == 200 && low->res.status == 200 && high->t_done < low->t_done;
+}
+
+static void test_preemption(void) {
+    /* the only sequence taken: a lower priority value preempts it (its blocks stay cached, so most of its
+       positions are found again) */
+    static const char *greedy = "{\"prompt\":\"Once upon a time\",\"max_tokens\":120,\"temperature\":0,\"ignore_eos\":true,\"priority\":3}",
+                      *seeded = "{\"prompt\":\"Once upon a time\",\"max_tokens\":120,\"temperature\":1,\"seed\":7,\"ignore_eos\":true,"
+                                "\"stream\":true,\"priority\":3}",
+                      *urgent = "{\"prompt\":\"The dog\",\"max_tokens\":4,\"temperature\":0,\"priority\":-1}",
+                      *equal = "{\"prompt\":\"The dog\",\"max_tokens\":4,\"temperature\":0,\"priority\":3}";
+    server s;
+    if (!server_start(&s, "preempt", "--max-batch 1 --scheduling-policy priority", "NERVE_TEST_STEP_DELAY_MS=15")) {
+        T_CHECK(0, "server did not start");
+        return;
+    }
+    int port = s.port;
+    result alone_greedy, alone_seeded;
+    complete(port, 0, NULL, greedy, &alone_greedy);
+    complete(port, 0, NULL, seeded, &alone_seeded);
+    T_CHECK(alone_greedy.status == 200 && alone_seeded.status == 200 && alone_greedy.completion_tokens == 120,
+            "alone: %d %d", alone_greedy.status, alone_seeded.status);
+    const char *low_bodies[2] = {greedy, seeded};
+    const result *alone[2] = {&alone_greedy, &alone_seeded};
+    for (int k = 0; k < 2; k++) {
+        preempt_job low = {.body = low_bodies[k]}, high = {.body = urgent};
+        T_CHECK(preempt_pair(port, &low, &high, 400), "%s: priority -1 was not done first", k ? "seeded" : "greedy");
+        T_CHECK(!strcmp(low.res.text, alone[k]->text) && low.res.completion_tokens == alone[k]->completion_tokens,
+                "%s: the preempted answer differs from its own alone:\n    %s\n    %s", k ? "seeded" : "greedy", low.res.text,
+                alone[k]->text);
+        T_CHECK(metric(port, "nerve_preemptions_total") == k + 1, "%g preemptions", metric(port, "nerve_preemptions_total"));
+    }
+    /* an equal priority waits its turn */
+    preempt_job low = {.body = greedy}, same = {.body = equal};
+    T_CHECK(!preempt_pair(port, &low, &same, 400) && same.res.status == 200 && same.t_done > low.t_done,
+            "an equal priority went first");
+    T_CHECK(metric(port, "nerve_preemptions_total") == 2, "an equal priority preempted");
+    T_CHECK(wait_metric(port, "nerve_kv_blocks_in_use", 0), "blocks still in use");
+    /* SIGTERM while the preempted one waits: it was running, so it finishes with the one that preempted it */
+    preempt_job low4 = {.port = port, .body = greedy}, high4 = {.port = port, .body = "{\"prompt\":\"The dog\",\"max_tokens\":60,\"priority\":-1}"};
+    pthread_t tl, th;
+    pthread_create(&tl, NULL, run_preempt_job, &low4);
+    T_CHECK(wait_metric(port, "nerve_running_sequences", 1), "the low one did not start");
+    sleep_ms(200);
+    pthread_create(&th, NULL, run_preempt_job, &high4);
+    T_CHECK(wait_metric(port, "nerve_preemptions_total", 3), "no preemption before the SIGTERM");
+    T_CHECK(server_stop(&s) == 0, "server did not exit 0");
+    pthread_join(th, NULL);
+    pthread_join(tl, NULL);
+    T_CHECK(high4.res.status == 200 && low4.res.status == 200 && !strcmp(low4.res.text, alone_greedy.text),
+            "drained: %d, %d '%s'", high4.res.status, low4.res.status, low4.res.text);
+
+    /* two sequences free but KV room for one (3 blocks of 16 positions): the room is made, the preempted
+       one's blocks are taken by the other, and it computes them all again */
+    /* (prompt rows one a step: a chunk of its recomputed positions ends where its prompt does) */
+    if (!server_start(&s, "preempt-kv", "--kv-memory 30K --max-batch 2 --prefill-chunk 1 --scheduling-policy priority", "NERVE_TEST_STEP_DELAY_MS=15")) {
+        T_CHECK(0, "server did not start");
+        return;
+    }
+    port = s.port;
+    static const char *fits = "{\"prompt\":\"Once upon a time\",\"max_tokens\":40,\"temperature\":0,\"ignore_eos\":true,\"priority\":3}",
+                      *big = "{\"prompt\":\"The dog\",\"max_tokens\":30,\"temperature\":0,\"priority\":-1}";
+    result ref;
+    complete(port, 0, NULL, fits, &ref);
+    preempt_job low2 = {.body = fits}, high2 = {.body = big};
+    T_CHECK(preempt_pair(port, &low2, &high2, 150), "the KV room was not made");
+    T_CHECK(ref.status == 200 && !strcmp(low2.res.text, ref.text) && low2.res.completion_tokens == 40,
+            "after its blocks went: '%s' against '%s'", low2.res.text, ref.text);
+    T_CHECK(metric(port, "nerve_preemptions_total") == 1, "%g preemptions", metric(port, "nerve_preemptions_total"));
+    T_CHECK(wait_metric(port, "nerve_kv_blocks_in_use", 0), "blocks still in use");
+    T_CHECK(server_stop(&s) == 0, "server did not exit 0");
+
+    /* --no-preemption: the running one finishes first */
+    if (!server_start(&s, "no-preempt", "--max-batch 1 --scheduling-policy priority --no-preemption", "NERVE_TEST_STEP_DELAY_MS=15")) {
+        T_CHECK(0, "server did not start");
+        return;
+    }
+    preempt_job low3 = {.body = greedy}, high3 = {.body = urgent};
+    T_CHECK(!preempt_pair(s.port, &low3, &high3, 400) && high3.res.status == 200 && high3.t_done > low3.t_done,
+            "--no-preemption: the running request was overtaken");
+    T_CHECK(metric(s.port, "nerve_preemptions_total") == 0, "--no-preemption preempted");
     T_CHECK(server_stop(&s) == 0, "server did not exit 0");
 }
 
@@ -3037,6 +3153,7 @@ int main(void) {
     T_RUN(test_run_folder);
     T_RUN(test_tiny_pool_queue_429_disconnect);
     T_RUN(test_priority_order);
+    T_RUN(test_preemption);
     T_RUN(test_slots);
     T_RUN(test_auth_cors_timeout);
     T_RUN(test_https);

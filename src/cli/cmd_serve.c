@@ -56,7 +56,7 @@ static void usage(FILE *f) {
             "                   [--engine E] [--threads N] [--api-key KEY | --api-key-file F] [--cors] [--ssl-key-file F --ssl-cert-file F]\n"
             "                   [--chat-template plain|chatml|llama2|llama3|deepseek|phi3|gemma|granite|mistral|phi4-mini|phi4|olmo2|smollm3 |\n"
             "                    --chat-template-file F] [--jinja] [--reasoning-format auto|none|deepseek]\n"
-            "                   [--reasoning-budget N] [--reasoning-budget-message TEXT] [--reasoning-effort LEVEL] [--scheduling-policy fcfs|priority]\n"
+            "                   [--reasoning-budget N] [--reasoning-budget-message TEXT] [--reasoning-effort LEVEL] [--scheduling-policy fcfs|priority] [--no-preemption]\n"
             "                   [--rerank-tokens YES[,NO]] [--rerank-template F] [--rerank-instruction TEXT]\n"
             "                   [--max-batch N] [--prefill-chunk N] [--spec-tokens N] [--spec-lookup-min N] [--spec-lookup-max N]\n"
             "                   [--prediction-tokens N]\n"
@@ -133,6 +133,11 @@ static void usage(FILE *f) {
             "  --scheduling-policy P\n"
             "                       fcfs (default: requests wait in arrival order; a non-zero priority is a 400) or\n"
             "                       priority (a request's priority orders the queue, lower first, as vLLM's)\n"
+            "  --no-preemption      a waiting request never preempts running ones; by default one that finds no\n"
+            "                       sequence or no KV room sends back to the queue those it outranks (a lower priority\n"
+            "                       value under --scheduling-policy priority; the Batch API's requests for any other),\n"
+            "                       which go on later with the same text, their positions computed again where the\n"
+            "                       prefix cache no longer holds them\n"
             "  --max-batch N        sequences decoded together per step (default 16)\n"
             "  --prefill-chunk N    prompt tokens per step, shared by sequences in prefill (default 512)\n"
             "  --spec-tokens N      speculative decoding by prompt lookup: up to N tokens (<= 16) that followed an\n"
@@ -332,7 +337,7 @@ int cli_serve_run(int argc, char **argv, const cli_serve_job *job) {
     const char *given_keys[MAX_API_KEYS], *api_keys[MAX_API_KEYS];
     int n_given_keys = 0, n_api_keys = 0;
     int reasoning = -1; /* auto: deepseek for a template that shows think blocks, else none */
-    int think_budget = -1, *think_close = NULL, n_think_close = 0, priority_sched = 0;
+    int think_budget = -1, *think_close = NULL, n_think_close = 0, priority_sched = 0, no_preempt = 0;
     const char *budget_message = NULL, *reasoning_effort = NULL;
     int port = 8000, threads = 0, cors = 0, webui = 1, max_batch = 16, prefill_chunk = 512, max_queue = 64, kv_block = 16;
     int pred_tokens = NV_MAX_SPEC;
@@ -360,6 +365,7 @@ int cli_serve_run(int argc, char **argv, const cli_serve_job *job) {
         if (cli_switch(a, "--cors", &cors, 1) ||
             cli_switch(a, "--no-prefix-cache", &prefix_cache, 0) ||
             cli_switch(a, "--no-webui", &webui, 0) ||
+            cli_switch(a, "--no-preemption", &no_preempt, 1) ||
             cli_switch(a, "--no-tune", &no_tune, 1) ||
             cli_switch(a, "--allow-lora-updates", &lora_updates, 1) ||
             cli_switch(a, "--no-fine-tune-yield", &ft_yield, 0) ||
@@ -612,6 +618,7 @@ int cli_serve_run(int argc, char **argv, const cli_serve_job *job) {
                         .kv_dtype = kv_dtype,
                         .swa_cache = swa_cache,
                         .step_delay_ms = step_delay_ms,
+                        .no_preempt = no_preempt,
                         .prefix_cache = prefix_cache,
                         .ram_cache_bytes = ram_cache,
                         .disk_dir = cache_dir,

@@ -81,6 +81,12 @@ void nv_metrics_spec(nv_metrics *m, unsigned long steps, unsigned long drafted, 
     pthread_mutex_unlock(&m->mu);
 }
 
+void nv_metrics_preempted(nv_metrics *m) {
+    pthread_mutex_lock(&m->mu);
+    m->preemptions++;
+    pthread_mutex_unlock(&m->mu);
+}
+
 void nv_metrics_grammar(nv_metrics *m, unsigned long tokens, unsigned long masks, double mask_s) {
     pthread_mutex_lock(&m->mu);
     m->grammar_tokens += tokens;
@@ -165,6 +171,9 @@ char *nv_metrics_render(nv_metrics *m, const nv_metrics_gauges *g) {
     put_one(&b, "nerve_spec_draft_tokens_total", "counter", "Draft tokens proposed (by prompt lookup or the draft model).", m->spec_drafted);
     put_one(&b, "nerve_spec_accepted_tokens_total", "counter",
             "Draft tokens the model agreed with (each one a decode step saved).", m->spec_accepted);
+    put_one(&b, "nerve_preemptions_total", "counter",
+            "Running sequences sent back to the queue for a request that outranked them (their positions computed again).",
+            m->preemptions);
     put_hist(&b, "nerve_time_to_first_token_seconds", "From arrival to the first generated token.", &m->ttft);
     put_hist(&b, "nerve_inter_token_latency_seconds", "Between consecutive generated tokens of a sequence.", &m->itl);
     put_hist(&b, "nerve_request_duration_seconds", "From arrival to the end of generation.", &m->e2e);

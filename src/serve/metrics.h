@@ -53,6 +53,7 @@ typedef struct {
     double grammar_mask_s;
     /* speculative decoding: draft tokens proposed and accepted, decode steps that carried a draft */
     uint64_t spec_drafted, spec_accepted, spec_steps;
+    uint64_t preemptions; /* running sequences sent back to the queue */
 } nv_metrics;
 
 typedef struct {
@@ -101,6 +102,8 @@ void nv_metrics_ttft(nv_metrics *m, double s);
 void nv_metrics_itl(nv_metrics *m, double s);
 void nv_metrics_step(nv_metrics *m, int rows);
 void nv_metrics_grammar(nv_metrics *m, unsigned long tokens, unsigned long masks, double mask_s);
+/* A running sequence went back to the queue (a request it made way for outranked it). */
+void nv_metrics_preempted(nv_metrics *m);
 /* One step's speculative decoding: drafts checked (sequences), tokens proposed and accepted. */
 void nv_metrics_spec(nv_metrics *m, unsigned long steps, unsigned long drafted, unsigned long accepted);
 /* One lookup's outcome in blocks (a tier's misses: the prompt blocks it could not supply), and

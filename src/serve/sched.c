@@ -71,6 +71,12 @@ struct nv_req {
     int *wblocks;
     int n_wring, wreserved;
     int pos;  /* positions whose keys and values are written */
+    /* after a preemption while it decoded: the tokens of its positions [0, n_replay) (the prompt and
+       the answer but the token its next decode row feeds), computed again before it goes on (NULL:
+       none) */
+    int *replay;
+    int n_replay;
+    int preempted; /* times it went back to the queue from running */
     int last; /* the token the next decode row feeds (and decode()'s previous token) */
     int outs[NV_MAX_SPEC + 1]; /* the tokens this step sampled, in order */
     int n_outs;
@@ -242,6 +248,7 @@ static void cond_wait_s(pthread_cond_t *cv, pthread_mutex_t *mu, double s) {
 static void req_free(nv_req *r) {
     if (r->pinned) nv_adapters_unpin_mix(r->pinned, &r->lora); /* a removed adapter goes with its last request */
     free(r->prompt);
+    free(r->replay);
     for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
     free(r->blocks);
     free(r->wblocks);
@@ -668,9 +675,10 @@ nv_err nv_sched_init(nv_sched *s, const nv_model *model, const nv_tokenizer *tok
             if (nv_tokenizer_is_eog(tok, t)) s->eog_ids[s->n_eog++] = t;
     s->running = calloc((size_t)o->max_batch, sizeof *s->running);
     s->step_req = calloc((size_t)o->max_batch, sizeof *s->step_req);
+    s->victims = calloc((size_t)o->max_batch, sizeof *s->victims);
     s->embed_tmp = malloc((size_t)c->dim * sizeof *s->embed_tmp);
     s->seqs = calloc((size_t)o->max_batch, sizeof *s->seqs);
-    if (!s->running || !s->step_req || !s->seqs || !s->embed_tmp || !s->eog_ids) {
+    if (!s->running || !s->step_req || !s->victims || !s->seqs || !s->embed_tmp || !s->eog_ids) {
         nv_sched_free(s);
         return nv_fail(NV_ENOMEM, "scheduler: out of memory");
     }
@@ -821,7 +829,8 @@ static void ckpt_resume(nv_sched *s, nv_req *r, int ck, int at) {
     c->used = ++s->ckpt_clock;
 }
 
-static void retire(nv_sched *s, nv_req *r, nv_finish fin) {
+/* Returns r's blocks (indexed ones stay in the prefix cache, idle) and the rest of its reservation. */
+static void release_blocks(nv_sched *s, nv_req *r, nv_finish fin) {
     /* last block first: a prefix's first blocks end up the most recently used idle ones */
     for (int i = r->n_alloc - 1; i >= 0; i--) nv_kv_unref(&s->pool, r->blocks[i]);
     if (fin == NV_FINISH_ERROR || r->restore_split || !ckpt_keep(s, r)) /* (a ring still being read from disk is not whole) */
@@ -833,6 +842,10 @@ static void retire(nv_sched *s, nv_req *r, nv_finish fin) {
     r->restore_split = r->restore_shared = 0;
     nv_kv_unreserve(&s->pool, r->reserved);
     r->reserved = 0;
+}
+
+static void retire(nv_sched *s, nv_req *r, nv_finish fin) {
+    release_blocks(s, r, fin);
     r->done = 1;
     r->finish = fin;
     r->n_gen_pub = r->n_gen;
@@ -855,8 +868,9 @@ static void sweep(nv_sched *s, double now) {
     nv_req **link = &s->wait_head, *prev = NULL;
     while (*link) {
         nv_req *r = *link;
+        /* (a preempted one was running: it finishes with those still running) */
         nv_finish fin = r->cancel ? NV_FINISH_CANCELLED
-                        : s->stopping ? NV_FINISH_SHUTDOWN
+                        : s->stopping > (r->preempted ? 1 : 0) ? NV_FINISH_SHUTDOWN
                         : (r->deadline > 0 && now > r->deadline) ? NV_FINISH_TIMEOUT
                                                                  : NV_FINISH_NONE;
         if (fin == NV_FINISH_NONE) {
@@ -930,6 +944,11 @@ static void reap_disk(nv_sched *s) {
         for (int i = 0; i < n; i++) s->wstage_free[s->n_wstage_free++] = done[i];
 }
 
+/* The tokens r's positions hold, and how many of them a prefill computes: its prompt, or after a
+ * preemption while it decoded, the prompt and the answer before its next decode row. */
+static const int *fill_tokens(const nv_req *r) { return r->replay ? r->replay : r->prompt; }
+static int fill_end(const nv_req *r) { return r->replay ? r->n_replay : r->n_prompt; }
+
 /* The request's block table and hash chain, and the chain hashes of the prompt blocks a lookup
  * may reuse (computed once, at the request's first lookup). 0 when out of memory. */
 static int prepare(nv_sched *s, nv_req *r) {
@@ -984,10 +1003,99 @@ static int wdisk_point(nv_sched *s, const nv_req *r, int lo, int top) {
     return 0;
 }
 
+/* Whether a goes before b whenever they meet: an interactive request before a background one, else
+ * the lower priority value. */
+static int outranks(const nv_req *a, const nv_req *b) {
+    return a->background != b->background ? a->background < b->background : a->priority < b->priority;
+}
+
+/* Whether a waits ahead of b in the queue: a outranks b, or neither does and a came first. */
+static int ranks_before(const nv_req *a, const nv_req *b) {
+    return outranks(a, b) || (!outranks(b, a) && a->slot.task < b->slot.task);
+}
+
+/* Queues r behind every request that ranks before it (lock held). */
+static void enqueue(nv_sched *s, nv_req *r) {
+    nv_req **link = &s->wait_head, *prev = NULL;
+    while (*link && ranks_before(*link, r)) prev = *link, link = &(*link)->next;
+    r->next = *link;
+    *link = r;
+    if (s->wait_tail == prev) s->wait_tail = r;
+    s->n_waiting++;
+}
+
+static int victim_order(const void *x, const void *y) { /* the lowest-ranked first */
+    const nv_req *a = *(nv_req *const *)x, *b = *(nv_req *const *)y;
+    return ranks_before(a, b) - ranks_before(b, a);
+}
+
+/* The pool's blocks preempting v gives r, whose first `hits` blocks the prefix cache holds: the rest
+ * of v's reservation, and its blocks no one else holds but those r shares (they stay r's, idle). */
+static int preempt_gain(const nv_sched *s, const nv_req *v, const nv_req *r, int hits) {
+    int gain = v->reserved;
+    for (int k = 0; k < v->n_alloc; k++)
+        gain += s->pool.refs[v->blocks[k]] == 1 && !(k < hits && r->blocks[k] == v->blocks[k]);
+    return gain;
+}
+
+/* Sends running v back to the queue (lock held): its state stays (sampler, grammar, text so far), its
+ * blocks go (indexed ones idle in the prefix cache, where its admission again finds them), and the
+ * positions it had are computed again from what they held (replay). 0 when out of memory. */
+static int preempt(nv_sched *s, nv_req *v) {
+    const int B = s->pool.block_size;
+    if (v->n_gen > 0 && v->pos > v->n_replay) { /* (while it still prompts, its prompt is all it had) */
+        if (!v->replay && !(v->replay = malloc((size_t)v->blocks_needed * B * sizeof *v->replay))) return 0;
+        for (int p = 0; p < v->pos; p++) v->replay[p] = s->pool.tokens[(size_t)v->blocks[p / B] * B + p % B];
+        v->n_replay = v->pos;
+    }
+    if (s->prefix_on && v->n_hashed > v->n_lookup) v->n_lookup = v->n_hashed; /* their hashes are kept */
+    release_blocks(s, v, NV_FINISH_NONE);
+    v->pos = v->dvalid = v->n_hashed = 0;
+    for (int i = 0; i < s->n_running; i++)
+        if (s->running[i] == v) {
+            remove_running(s, i);
+            break;
+        }
+    v->preempted++;
+    enqueue(s, v);
+    nv_metrics_preempted(s->metrics);
+    nv_debug("serve: request %llu (priority %d%s) preempted after %d tokens", v->slot.task, v->priority,
+             v->background ? ", background" : "", v->n_gen);
+    return 1;
+}
+
+/* The running sequences r may preempt, into s->victims: how many. */
+static int victims_of(nv_sched *s, const nv_req *r) {
+    if (s->o.no_preempt || s->wring || s->stopping) return 0;
+    int n = 0;
+    for (int i = 0; i < s->n_running; i++) {
+        nv_req *v = s->running[i];
+        /* (the rows of an embedding, a score or prompt log-probabilities are read as they run) */
+        if (outranks(r, v) && !v->embed && !v->n_score && !v->plps && v->restore_next >= v->restore_end) s->victims[n++] = v;
+    }
+    return n;
+}
+
+/* Makes room for r, the head of the queue, by preempting running sequences it outranks, the
+ * lowest-ranked first (the latest submitted among equals), as few as give it a slot (when every one
+ * is taken) and `short_by` blocks of the pool; none when they cannot. Returns how many went. */
+static int preempt_for(nv_sched *s, const nv_req *r, int hits, int short_by) {
+    const int n = victims_of(s, r);
+    qsort(s->victims, (size_t)n, sizeof *s->victims, victim_order);
+    const int slots = s->n_running >= s->o.max_batch;
+    int k = 0, gain = 0;
+    while (k < n && (k < slots || gain < short_by)) gain += preempt_gain(s, s->victims[k++], r, hits);
+    if (k < slots || gain < short_by) return 0;
+    int went = 0;
+    for (int i = 0; i < k; i++) went += preempt(s, s->victims[i]);
+    return went;
+}
+
 static void admit(nv_sched *s) {
     int B = s->pool.block_size;
-    while (s->wait_head && s->n_running < s->o.max_batch && !s->stopping) {
+    while (s->wait_head && s->stopping < 2) {
         nv_req *r = s->wait_head;
+        if (s->n_running >= s->o.max_batch && !victims_of(s, r)) break;
         if (!prepare(s, r)) {
             s->wait_head = r->next;
             if (!s->wait_head) s->wait_tail = NULL;
@@ -1001,7 +1109,7 @@ static void admit(nv_sched *s) {
         int hits = 0, idle_hits = 0, on_disk = 0, ck = -1, shared = 0, wpoint = 0;
         if (s->prefix_on && !r->plps && !r->embed) { /* a prompt whose rows are read (log-probabilities, embedding) runs in full */
             for (; hits < r->n_lookup; hits++) {
-                int32_t b = nv_prefix_find(&s->prefix, r->hashes[hits], chain_parent(r, hits), r->prompt + hits * B);
+                int32_t b = nv_prefix_find(&s->prefix, r->hashes[hits], chain_parent(r, hits), fill_tokens(r) + hits * B);
                 if (b < 0) break;
                 r->blocks[hits] = b;
             }
@@ -1024,7 +1132,11 @@ static void admit(nv_sched *s) {
         }
         int need = r->blocks_needed - (wpoint ? 0 : hits); /* blocks of its own, disk restores included */
         const int wneed = ring_blocks(s, r->blocks_needed);
-        if (nv_kv_available(&s->pool) < need + idle_hits) break; /* the head waits; nobody overtakes it */
+        const int short_by = need + idle_hits - nv_kv_available(&s->pool);
+        if (short_by > 0 || s->n_running >= s->o.max_batch) { /* the head waits; nobody overtakes it */
+            if (preempt_for(s, r, hits, short_by)) continue; /* (their blocks may be its hits now) */
+            break;
+        }
         if (wneed) {
             ck = ckpt_make_room(s, wneed, ck); /* checkpoints go only for a request the pool holds */
             if (nv_kv_available(&s->wpool) < wneed && ck >= 0) { /* the room is the checkpoint's own: the prompt runs whole */
@@ -1057,7 +1169,9 @@ static void admit(nv_sched *s) {
         }
         r->pos = hits * B;
         r->dvalid = hits * B; /* blocks in RAM hold the draft's keys and values too (index_full_blocks) */
-        r->n_cached = hits * B;
+        if (!r->preempted) r->n_cached = hits * B; /* (the prompt's, as its first admission found it) */
+        else nv_debug("serve: request %llu back: %d of its %d positions found in the prefix cache (%d on disk)", r->slot.task,
+                      hits * B, fill_end(r), on_disk * B);
         r->n_hashed = hits;
         r->restore_next = r->disk_from = hits;
         r->restore_end = hits + on_disk;
@@ -1071,7 +1185,7 @@ static void admit(nv_sched *s) {
                 if (!nv_disk_known(s->disk, r->hashes[k])) disk_write(s, r->blocks[k], r->hashes[k], chain_parent(r, k));
             int miss = r->n_lookup - hits;
             const int restoring = on_disk || wpoint; /* counted once read */
-            nv_metrics_prefix(s->metrics, hits, miss, 0, restoring || !s->disk ? 0 : miss, restoring ? 0 : r->n_cached);
+            if (!r->preempted) nv_metrics_prefix(s->metrics, hits, miss, 0, restoring || !s->disk ? 0 : miss, restoring ? 0 : r->n_cached);
         }
         s->running[s->n_running++] = r;
     }
@@ -1133,7 +1247,7 @@ static void restore_from_disk(nv_sched *s) {
         int k = it[i].k;
         if (r == failed) continue;
         void *into = it[i].win ? nv_kv_block_data(&s->wpool.pages, r->wblocks[k]) : nv_kv_block_data(&s->pool.pages, r->blocks[k]);
-        it[i].ok = nv_disk_load(it[i].win ? s->wdisk : s->disk, r->hashes[k], chain_parent(r, k), r->prompt + k * B, into);
+        it[i].ok = nv_disk_load(it[i].win ? s->wdisk : s->disk, r->hashes[k], chain_parent(r, k), fill_tokens(r) + k * B, into);
         if (!it[i].ok) failed = r;
     }
     nv_debug("serve: prefix cache: read %d blocks from disk in %.1f ms%s", n, (nv_now() - t0) * 1e3,
@@ -1160,19 +1274,19 @@ static void restore_from_disk(nv_sched *s) {
             r->restore_end = k;
         } else {
             int32_t b = r->blocks[k];
-            for (int t = 0; t < B; t++) nv_kv_record(&s->pool, b, t, r->prompt[k * B + t]);
+            for (int t = 0; t < B; t++) nv_kv_record(&s->pool, b, t, fill_tokens(r)[k * B + t]);
             if (!s->o.draft) { /* with a draft model: once the draft has run it (index_full_blocks) */
                 nv_prefix_insert(&s->prefix, b, r->hashes[k], chain_parent(r, k));
                 r->n_hashed = k + 1;
             }
             r->restore_next = k + 1;
             r->pos = (k + 1) * B;
-            r->n_cached = r->pos;
+            if (!r->preempted) r->n_cached = r->pos;
         }
         if (r->restore_next >= r->restore_end) { /* done: count it */
-            int blocks = r->n_cached / B;
+            int blocks = r->pos / B;
             r->restore_next = r->restore_end = 0;
-            nv_metrics_prefix(s->metrics, 0, 0, blocks - r->disk_from, r->n_lookup - blocks, r->n_cached);
+            if (!r->preempted) nv_metrics_prefix(s->metrics, 0, 0, blocks - r->disk_from, r->n_lookup - blocks, r->n_cached);
         }
     }
 }
@@ -1205,16 +1319,17 @@ static int plan_step(nv_sched *s) {
         nv_req *r = s->running[i];
         nv_batch_seq q = {0};
         if (r->restore_next < r->restore_end || r->wrestore_next < r->wrestore_end) continue; /* still reading its prefix from disk */
-        if (r->pos < r->n_prompt) {
+        if (r->pos < fill_end(r)) {
             if (budget == 0) continue;
-            q.n = r->n_prompt - r->pos < budget ? r->n_prompt - r->pos : budget;
+            q.n = fill_end(r) - r->pos < budget ? fill_end(r) - r->pos : budget;
             /* a chunk that reaches snap_at ends there: the ring then holds the window behind that block and
                the one before it (ckpt_snapshot copies both), however far the chunk would have gone past */
             const long snap = (long)r->snap_at * B;
             if (r->pos < snap && r->pos + q.n > snap) q.n = (int)(snap - r->pos);
             budget -= q.n;
-            q.tokens = r->prompt + r->pos;
-            q.logits = r->pos + q.n == r->n_prompt && (r->max_tokens > 0 || r->n_score);
+            q.tokens = fill_tokens(r) + r->pos;
+            /* (a replay's last position is followed by its decode row, which the logits come from) */
+            q.logits = !r->replay && r->pos + q.n == r->n_prompt && (r->max_tokens > 0 || r->n_score);
         } else {
             q.n = 1;
             q.tokens = &r->last;
@@ -1894,16 +2009,8 @@ nv_submit nv_sched_submit(nv_sched *s, nv_req *r, int background) {
         r->root = nv_adapters_mix_root(s->o.adapters, &r->lora);
         r->slot.task = ++s->submitted;
         r->refs++;
-        nv_req **link = &s->wait_head, *prev = NULL;
-        /* behind every request of its kind (background or not) whose priority is not higher (a
-           lower value), before the rest: FIFO among equals, background ones after all others */
-        while (*link && ((*link)->background < background || ((*link)->background == background && (*link)->priority <= r->priority)))
-            prev = *link, link = &(*link)->next;
         r->background = background;
-        r->next = *link;
-        *link = r;
-        if (s->wait_tail == prev) s->wait_tail = r;
-        s->n_waiting++;
+        enqueue(s, r); /* (its task the latest: behind its equals) */
         pthread_cond_signal(&s->cv);
     }
     pthread_mutex_unlock(&s->mu);
@@ -1953,6 +2060,7 @@ void nv_sched_free(nv_sched *s) {
     free(s->running);
     free(s->eog_ids);
     free(s->step_req);
+    free(s->victims);
     free(s->embed_tmp);
     free(s->seqs);
     nv_batch_state_free(&s->bs);

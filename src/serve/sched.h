@@ -9,9 +9,12 @@
  * - Every iteration the loop (1) retires cancelled, timed-out and (when stopping) shut-down
  *   requests, (2) admits queued requests in queue order while fewer than max_batch run and
  *   the KV pool can *reserve* every block the request may ever need — ceil((prompt + max_tokens
- *   - 1) / block_size) — so memory is never over-committed and nothing is ever preempted; the
- *   head of the queue waits when it does not fit (no overtaking, so no starvation among equal
- *   priorities; a stream of higher priorities can hold lower ones back), (3) runs one
+ *   - 1) / block_size) — so memory is never over-committed; the head of the queue waits when it
+ *   does not fit (no overtaking, so no starvation among equal priorities; a stream of higher
+ *   priorities can hold lower ones back), unless preempting running sequences it outranks makes
+ *   the room (o.no_preempt): those go back to the queue with their state, their blocks to the
+ *   prefix cache, and when admitted again compute what the cache no longer holds of their
+ *   positions (the same tokens as without the preemption), (3) runs one
  *   batched forward (model/batch.h) over every running sequence: one decode row each, plus
  *   prompt rows of sequences still in prefill, at most prefill_chunk prompt rows per step, given
  *   to them in admission order, (4) samples each sequence that finished its prompt or decoded,
@@ -268,6 +271,11 @@ typedef struct {
     /* LoRA adapters a request may name (NULL: none); kept unmerged, so one step serves sequences
      * of several adapters and of the base model; must outlive the scheduler */
     nv_adapters *adapters;
+    /* 1: nothing is preempted. Otherwise a request at the head of the queue that finds no slot or no
+     * room preempts running sequences it outranks (an interactive request a background one, a lower
+     * priority value a higher one), the lowest-ranked first, when that makes the room (not on split
+     * pages, nor sequences whose prompt rows are read: embeddings, scores, prompt log-probabilities) */
+    int no_preempt;
 } nv_sched_opts;
 
 
@@ -302,6 +310,7 @@ typedef struct {
     /* the loop's scratch for one step */
     nv_batch_seq *seqs;
     nv_req **step_req;
+    nv_req **victims; /* admission's scratch: the running sequences a request may preempt */
     /* the prefix cache */
     int prefix_on;
     nv_prefix prefix;
