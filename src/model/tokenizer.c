@@ -60,7 +60,8 @@ struct nv_tokenizer {
     int rstrip;            /* Phi-3's vocabulary: most special tokens take the white space after them */
     int no_space_prefix;   /* a GGUF vocabulary's add_space_prefix false: no SentencePiece dummy prefix */
     int special_at[257];   /* special[special_at[b] .. special_at[b+1]) start with byte b */
-    pcre2_code *re;        /* the pre-tokenizer's split */
+    pcre2_code *re[NV_BPE_MAX_SPLITS]; /* the pre-tokenizer's splits, in order */
+    int n_re;
     int shown[8], n_shown; /* control tokens decoding prints as their text (nv_tokenizer_show) */
 };
 
@@ -130,7 +131,7 @@ void nv_tokenizer_free(nv_tokenizer *t) {
     free(t->mid);
     free(t->special);
     free(t->merge_pair);
-    pcre2_code_free(t->re);
+    for (int k = 0; k < t->n_re; k++) pcre2_code_free(t->re[k]);
     free(t->arena);
     free(t->off);
     free(t->len);
@@ -277,15 +278,50 @@ static int name_in(const char *name, const char *const *list) {
     return 0;
 }
 
-/* The split regexes by llama.cpp's pre-tokenizer names, for tokenizer.json's Split pattern. */
-static const struct {
-    const char *pre, *re;
-} pre_regex[] = {{"llama-bpe", RE_LLAMA3}, {"qwen2", RE_QWEN2}, {"gpt-2", RE_GPT2}, {"smollm", RE_SMOLLM}, {"gpt-4o", RE_GPT4O},
-                 {"tekken", RE_TEKKEN}};
+/* DeepSeek's splits come several in a row (tokenizer.json's Sequence of Split pre-tokenizers).
+ * DeepSeek LLM's first: line breaks, letters of the cased scripts (Latin, Greek, Cyrillic,
+ * Armenian, Georgian, Cherokee... as its tokenizer.json lists them), ASCII and full-width
+ * punctuation, trailing white space, CJK and Hangul runs, numbers. DeepSeek-Coder's: line breaks,
+ * letters, punctuation, CJK and Hangul runs, each digit. DeepSeek-V3's: numbers in threes, CJK and
+ * kana runs, then a split near GPT-4o's. Written as the tokenizer.json files write them (literal
+ * characters, here as universal character names), so that those files are recognised. */
+#define RE_CJK_HANGUL "[\u4E00-\u9FA5\u0800-\u4E00\uAC00-\uD7FF]+"
+static const char RE_DEEPSEEK_CASED[] =
+    "\\s?[A-Za-z\u00B5\u00C0-\u00D6\u00D8-\u00F6\u00F8-\u01BA\u01BC-\u01BF\u01C4-\u0293\u0295-\u02AF\u0370-\u0373\u0376\u0377"
+    "\u037B-\u037D\u037F\u0386\u0388-\u038A\u038C\u038E-\u03A1\u03A3-\u03F5\u03F7-\u0481\u048A-\u052F\u0531-\u0556\u10A0-\u10C5"
+    "\u13A0-\u13F5\u13F8-\u13FD\u1C90-\u1CBA\u1CBD-\u1CBF\u1D00-\u1D2B\u1D6B-\u1D77\u1D79-\u1D9A\u1E00-\u1F15\u1F18-\u1F1D"
+    "\u1F20-\u1F45\u1F48-\u1F4D\u1F50-\u1F57\u1F59\u1F5B\u1F5D\u1F5F-\u1F7D\u1F80-\u1FB4\u1FB6-\u1FBC\u1FBE\u1FC2-\u1FC4"
+    "\u1FC6-\u1FCC\u1FD0-\u1FD3\u1FD6-\u1FDB\u1FE0-\u1FEC\u1FF2-\u1FF4\u1FF6-\u1FFC\u2102\u2107\u210A-\u2113\u2115\u2119-\u211D"
+    "\u2124\u2126\u2128\u212A-\u212D\u212F-\u2134\u2139\u213C-\u213F\u2145-\u2149\u214E\u2183\u2184\u2C00-\u2C7B\u2C7E-\u2CE4"
+    "\u2CEB-\u2CEE\u2CF2\u2CF3\uA640-\uA66D\uA680-\uA69B\uA722-\uA76F\uA771-\uA787\uA78B-\uA78E\uAB70-\uABBF\uFB00-\uFB06"
+    "\uFB13-\uFB17\uFF21-\uFF3A\uFF41-\uFF5A\U00010400-\U0001044F\U000104B0-\U000104D3\U000104D8-\U000104FB"
+    "\U00010C80-\U00010CB2\U00010CC0-\U00010CF2\U000118A0-\U000118DF\U0001E900-\U0001E943]+";
+static const char RE_DEEPSEEK_V3[] = "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+"
+                                     "| ?[\\p{P}\\p{S}]+[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+";
 
-const char *nv_bpe_pre_of_regex(const char *re) {
-    for (size_t i = 0; i < sizeof pre_regex / sizeof pre_regex[0]; i++)
-        if (!strcmp(re, pre_regex[i].re)) return pre_regex[i].pre;
+/* The splits by llama.cpp's pre-tokenizer names, applied in order: each splits every piece the one
+ * before made, a match and the text between two matches each a piece (tokenizer.json's Split,
+ * "Isolated"). */
+static const nv_bpe_splits pre_splits[] = {
+    {"llama-bpe", 1, {RE_LLAMA3}},
+    {"qwen2", 1, {RE_QWEN2}},
+    {"gpt-2", 1, {RE_GPT2}},
+    {"smollm", 1, {RE_SMOLLM}},
+    {"gpt-4o", 1, {RE_GPT4O}},
+    {"tekken", 1, {RE_TEKKEN}},
+    {"deepseek-llm", 6,
+     {"[\r\n]", RE_DEEPSEEK_CASED, "\\s?[!-/:-~\uFF01-\uFF0F\uFF1A-\uFF5E\u2018-\u201F\u3000-\u3002]+", "\\s+$", RE_CJK_HANGUL, "\\p{N}+"}},
+    {"deepseek-coder", 5, {"[\r\n]", "\\s?\\p{L}+", "\\s?\\p{P}+", RE_CJK_HANGUL, "\\p{N}"}},
+    {"deepseek-v3", 3, {"\\p{N}{1,3}", "[\u4E00-\u9FA5\u3040-\u309F\u30A0-\u30FF]+", RE_DEEPSEEK_V3}},
+};
+enum { SPLITS_LLAMA3, SPLITS_QWEN2, SPLITS_GPT2, SPLITS_SMOLLM, SPLITS_GPT4O, SPLITS_TEKKEN, SPLITS_DEEPSEEK_LLM, SPLITS_DEEPSEEK_CODER, SPLITS_DEEPSEEK_V3 };
+
+const char *nv_bpe_pre_of_splits(const char *const *re, int n) {
+    for (size_t i = 0; i < sizeof pre_splits / sizeof pre_splits[0]; i++) {
+        int k = 0;
+        while (k < n && k < pre_splits[i].n && !strcmp(re[k], pre_splits[i].re[k])) k++;
+        if (k == n && n == pre_splits[i].n) return pre_splits[i].pre;
+    }
     return NULL;
 }
 
@@ -295,18 +331,23 @@ static const char *const llama3[] = {"llama3", "llama-v3", "llama-bpe", "falcon3
 /* (Tekken's pieces too, as llama.cpp takes them: tiktoken's vocabulary) */
 int nv_bpe_pre_ignores_merges(const char *pre) { return name_in(pre, llama3) || !strcmp(pre, "tekken"); }
 
-const char *nv_bpe_regex_of_pre(const char *pre) {
+const nv_bpe_splits *nv_bpe_splits_of_pre(const char *pre) {
     /* Llama 3's split (cl100k's) with merges applied to every piece: DBRX's and OLMo 2's vocabularies */
     static const char *const cl100k[] = {"dbrx", "smaug-bpe", NULL};
     static const char *const qwen2[] = {"qwen2", "deepseek-r1-qwen", NULL};
     static const char *const smollm[] = {"smollm", "starcoder", "refact", NULL}; /* refact: Granite 3's */
     static const char *const gpt4o[] = {"gpt-4o", "llama4", NULL};
-    return name_in(pre, llama3) || name_in(pre, cl100k) ? RE_LLAMA3
-           : name_in(pre, qwen2)       ? RE_QWEN2
-           : name_in(pre, smollm)      ? RE_SMOLLM
-           : name_in(pre, gpt4o)       ? RE_GPT4O
-           : !strcmp(pre, "tekken")    ? RE_TEKKEN
-                                       : RE_GPT2;
+    static const char *const deepseek3[] = {"deepseek-v3", "hunyuan-dense", NULL}; /* (llama.cpp's names for the split) */
+    const int k = name_in(pre, llama3) || name_in(pre, cl100k) ? SPLITS_LLAMA3
+                  : name_in(pre, qwen2)                        ? SPLITS_QWEN2
+                  : name_in(pre, smollm)                       ? SPLITS_SMOLLM
+                  : name_in(pre, gpt4o)                        ? SPLITS_GPT4O
+                  : !strcmp(pre, "tekken")                     ? SPLITS_TEKKEN
+                  : !strcmp(pre, "deepseek-llm")               ? SPLITS_DEEPSEEK_LLM
+                  : !strcmp(pre, "deepseek-coder")             ? SPLITS_DEEPSEEK_CODER
+                  : name_in(pre, deepseek3)                    ? SPLITS_DEEPSEEK_V3
+                                                               : SPLITS_GPT2;
+    return &pre_splits[k];
 }
 
 /* GPT-2's printable stand-in for each byte: printable Latin-1 bytes stand for themselves, the
@@ -403,18 +444,22 @@ static void add_ends(nv_tokenizer *t) {
 
 static nv_err tok_build_bpe(const char *path, const nv_gguf_bpe *v, int vocab_size, nv_tokenizer *t) {
     static const char *const gpt2[] = {"gpt-2", "gpt2", "default", "", NULL};
-    const char *re = nv_bpe_regex_of_pre(v->pre);
+    const nv_bpe_splits *sp = nv_bpe_splits_of_pre(v->pre);
     int add_bos_default = 0;
     if (nv_bpe_pre_ignores_merges(v->pre)) {
         t->ignore_merges = 1;
         add_bos_default = 1;
-    } else if (re == RE_GPT2 && name_in(v->pre, gpt2)) {
+    } else if (sp == &pre_splits[SPLITS_DEEPSEEK_LLM] || sp == &pre_splits[SPLITS_DEEPSEEK_CODER] || sp == &pre_splits[SPLITS_DEEPSEEK_V3]) {
+        add_bos_default = 1; /* (their tokenizers put BOS first) */
+    } else if (sp == &pre_splits[SPLITS_GPT2] && name_in(v->pre, gpt2)) {
         if (strcmp(v->pre, "gpt-2") && strcmp(v->pre, "gpt2")) /* llama.cpp runs a set of its own then */
             nv_warn("%s: no pre-tokenizer named (tokenizer.ggml.pre '%s'): using GPT-2's split; ids may differ from the "
                     "model's own tokenizer (older Llama 3 files: convert them again)", path, v->pre[0] ? "default" : "");
-    } else if (re == RE_GPT2) {
+    } else if (sp == &pre_splits[SPLITS_GPT2]) {
         char shown[128];
-        return nv_fail(NV_EUNSUPPORTED, "%s: pre-tokenizer '%s' is not supported (llama3/llama-bpe, dbrx, qwen2, smollm, gpt-4o, tekken, gpt-2)", path,
+        return nv_fail(NV_EUNSUPPORTED,
+                       "%s: pre-tokenizer '%s' is not supported (llama3/llama-bpe, dbrx, qwen2, smollm, gpt-4o, tekken, deepseek-llm, "
+                       "deepseek-coder, deepseek-v3, gpt-2)", path,
                        nv_gguf_shown(v->pre, strlen(v->pre), shown, sizeof shown));
     }
     if (vocab_size > v->n_tokens)
@@ -518,11 +563,14 @@ static nv_err tok_build_bpe(const char *path, const nv_gguf_bpe *v, int vocab_si
     t->n_eog = 0;
     add_ends(t);
 
-    int err;
-    PCRE2_SIZE at_err;
-    t->re = pcre2_compile((PCRE2_SPTR)re, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &err, &at_err, NULL);
-    if (!t->re) return nv_fail(NV_EUNSUPPORTED, "%s: this PCRE2 cannot compile the pre-tokenizer (error %d)", path, err);
-    pcre2_jit_compile(t->re, PCRE2_JIT_COMPLETE); /* else the interpreter: slower, still linear (see bpe_split) */
+    for (int k = 0; k < sp->n; k++) {
+        int err;
+        PCRE2_SIZE at_err;
+        t->re[k] = pcre2_compile((PCRE2_SPTR)sp->re[k], PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &err, &at_err, NULL);
+        if (!t->re[k]) return nv_fail(NV_EUNSUPPORTED, "%s: this PCRE2 cannot compile the pre-tokenizer (error %d)", path, err);
+        t->n_re = k + 1;
+        pcre2_jit_compile(t->re[k], PCRE2_JIT_COMPLETE); /* else the interpreter: slower, still linear (see bpe_split) */
+    }
     return NV_OK;
 }
 
@@ -940,28 +988,40 @@ static size_t utf8_valid_prefix(const unsigned char *s, size_t n) {
     return i;
 }
 
+/* Splits u[0..n) (valid UTF-8, not empty) by the pre-tokenizer's split k, and each part by the
+ * splits after it (each part their whole subject, so a lookahead or `$` ends at the part's end, as
+ * tokenizer.json's Sequence runs them), down to the pieces. */
+static nv_err bpe_split_by(bpe_out *o, pcre2_match_data **md, int k, const unsigned char *u, size_t n) {
+    if (k == o->t->n_re) {
+        bpe_piece(o, u, n);
+        return NV_OK;
+    }
+    for (size_t off = 0; off < n;) {
+        int rc = pcre2_match(o->t->re[k], u, n, off, PCRE2_NO_UTF_CHECK, md[k], NULL);
+        size_t ms = n, me = n;
+        if (rc >= 0) {
+            const PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md[k]);
+            ms = ov[0];
+            /* no alternative matches nothing; if one did, step on by a whole character */
+            me = ov[1] > ms ? ov[1] : ms < n ? ms + utf8_char_len(u + ms, n - ms) : ms + 1;
+        } else if (rc != PCRE2_ERROR_NOMATCH) {
+            return nv_fail(NV_EINVAL, "tokenizer: the pre-tokenizer failed (PCRE2 error %d)", rc);
+        }
+        if (ms > off) NV_TRY(bpe_split_by(o, md, k + 1, u + off, ms - off));
+        if (ms < n) NV_TRY(bpe_split_by(o, md, k + 1, u + ms, me - ms));
+        off = me;
+    }
+    return NV_OK;
+}
+
 /* Splits s[0..len) with the pre-tokenizer. Runs of valid UTF-8 are matched without PCRE2's own
  * check (which rescans the rest of the subject on every call: quadratic without the JIT); the
  * bytes between them (invalid UTF-8) are pieces of their own, so nothing is dropped. */
-static nv_err bpe_split(bpe_out *o, pcre2_match_data *md, const char *s, size_t len) {
+static nv_err bpe_split(bpe_out *o, pcre2_match_data **md, const char *s, size_t len) {
     const unsigned char *u = (const unsigned char *)s;
     for (size_t run = 0; run < len;) {
         const size_t n = utf8_valid_prefix(u + run, len - run);
-        for (size_t off = 0; off < n;) {
-            int rc = pcre2_match(o->t->re, u + run, n, off, PCRE2_NO_UTF_CHECK, md, NULL);
-            size_t ms = n, me = n;
-            if (rc >= 0) {
-                const PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
-                ms = ov[0];
-                /* no alternative matches nothing; if one did, step on by a whole character */
-                me = ov[1] > ms ? ov[1] : ms < n ? ms + utf8_char_len(u + run + ms, n - ms) : ms + 1;
-            } else if (rc != PCRE2_ERROR_NOMATCH) {
-                return nv_fail(NV_EINVAL, "tokenizer: the pre-tokenizer failed (PCRE2 error %d)", rc);
-            }
-            if (ms > off) bpe_piece(o, u + run + off, ms - off);
-            if (ms < n) bpe_piece(o, u + run + ms, me - ms);
-            off = me;
-        }
+        if (n) NV_TRY(bpe_split_by(o, md, 0, u + run, n));
         size_t bad = run + n;
         while (bad < len && utf8_char_len(u + bad, len - bad) == 0) bad++;
         bpe_piece(o, u + run + n, bad - run - n); /* the invalid bytes: one piece (none at the end) */
@@ -985,9 +1045,11 @@ static int bpe_special_at(const nv_tokenizer *t, const char *s, size_t left) {
  * are merged by rank, never across pieces. */
 static nv_err tok_encode_bpe(const nv_tokenizer *t, const char *text, size_t tl, int bos, int eos, int *tok, int *n_out) {
     bpe_out o = {t, tok, malloc(tl + 3), 0, malloc(2 * tl + 1)};
-    pcre2_match_data *md = pcre2_match_data_create_from_pattern(t->re, NULL);
+    pcre2_match_data *md[NV_BPE_MAX_SPLITS] = {0};
+    int md_ok = 1;
+    for (int k = 0; k < t->n_re; k++) md_ok &= (md[k] = pcre2_match_data_create_from_pattern(t->re[k], NULL)) != NULL;
     nv_err e = NV_OK;
-    if (!o.brk || !o.scratch || !md) e = nv_fail(NV_ENOMEM, "out of memory encoding %zu bytes", tl);
+    if (!o.brk || !o.scratch || !md_ok) e = nv_fail(NV_ENOMEM, "out of memory encoding %zu bytes", tl);
     if (e == NV_OK && bos && t->add_bos) {
         o.brk[o.n] = 1;
         tok[o.n++] = t->bos;
@@ -1013,7 +1075,7 @@ static nv_err tok_encode_bpe(const nv_tokenizer *t, const char *text, size_t tl,
             *n_out = m;
         }
     }
-    pcre2_match_data_free(md);
+    for (int k = 0; k < t->n_re; k++) pcre2_match_data_free(md[k]);
     free(o.brk);
     free(o.scratch);
     return e;

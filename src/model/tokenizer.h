@@ -78,11 +78,20 @@ typedef struct {
     int bos, eos, eot, eom, add_bos; /* ids -1 when absent */
     int nfc;                         /* text is composed to Unicode NFC before it is split */
 } nv_bpe_view;
-/* llama.cpp's pre-tokenizer name ("llama-bpe", "qwen2", "gpt-2") whose split is the regex re (a
- * tokenizer.json Split pattern), or NULL for one not supported; and the regex of a name (GPT-2's
- * for any name not llama3's or qwen2's). */
-const char *nv_bpe_pre_of_regex(const char *re);
-const char *nv_bpe_regex_of_pre(const char *pre);
+/* A pre-tokenizer's splits: n regexes applied in order, each splitting every piece the one before
+ * made (a match and the text between two matches each a piece), as tokenizer.json's Sequence of
+ * Split pre-tokenizers ("Isolated") applies them. */
+#define NV_BPE_MAX_SPLITS 6
+typedef struct {
+    const char *pre; /* llama.cpp's name for them */
+    int n;
+    const char *re[NV_BPE_MAX_SPLITS];
+} nv_bpe_splits;
+/* llama.cpp's pre-tokenizer name ("llama-bpe", "qwen2", "deepseek-coder"...) whose splits are the n
+ * regexes re (tokenizer.json's Split patterns, in order), or NULL for none supported; and the splits
+ * of a name (GPT-2's for a name this project does not know). */
+const char *nv_bpe_pre_of_splits(const char *const *re, int n);
+const nv_bpe_splits *nv_bpe_splits_of_pre(const char *pre);
 /* Whether pre-tokenizer pre's pieces that are tokens are taken whole, the merges not applied to them
  * (Llama 3's, tokenizer.json's ignore_merges; DBRX's and OLMo 2's same split does not). */
 int nv_bpe_pre_ignores_merges(const char *pre);
