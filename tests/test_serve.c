@@ -2484,13 +2484,14 @@ static void test_priority_order(void) {
         return;
     }
     const int port = s.port;
-    const int fd1 = open_stream(port, "{\"prompt\":\"Once upon a time\",\"max_tokens\":20,\"temperature\":0,\"stream\":true}");
+    /* (the first outranks them all: none preempts it) */
+    const int fd1 = open_stream(port, "{\"prompt\":\"Once upon a time\",\"max_tokens\":20,\"temperature\":0,\"stream\":true,\"priority\":-10}");
     T_CHECK(fd1 >= 0 && wait_metric(port, "nerve_running_sequences", 1), "the first request did not start");
     prio_job later = {.port = port, .priority = 0}, sooner = {.port = port, .priority = -5}, last = {.port = port, .priority = 0};
     pthread_t t_later, t_sooner, t_last;
     pthread_create(&t_later, NULL, run_priority_job, &later);
     T_CHECK(wait_metric(port, "nerve_queue_depth", 1), "the second request is not queued");
-    pthread_create(&t_sooner, NULL, run_priority_job, &sooner); /* (it preempts the first, which waits again) */
+    pthread_create(&t_sooner, NULL, run_priority_job, &sooner);
     T_CHECK(wait_metric(port, "nerve_queue_depth", 2), "the third request is not queued");
     pthread_create(&t_last, NULL, run_priority_job, &last);
     T_CHECK(wait_metric(port, "nerve_queue_depth", 3), "the fourth request is not queued");
@@ -2573,12 +2574,17 @@ static void test_preemption(void) {
     }
     /* an equal priority waits its turn */
     preempt_job low = {.body = greedy}, same = {.body = equal};
-    T_CHECK(!preempt_pair(port, &low, &same, 400) && same.res.status == 200 && same.t_done > low.t_done,
-            "an equal priority went first");
+    T_CHECK(!preempt_pair(port, &low, &same, 400) && same.res.status == 200 && same.t_done > low.t_done &&
+                !strcmp(low.res.text, alone_greedy.text),
+            "an equal priority went first (%d, %d)", low.res.status, same.res.status);
     T_CHECK(metric(port, "nerve_preemptions_total") == 2, "an equal priority preempted");
     T_CHECK(wait_metric(port, "nerve_kv_blocks_in_use", 0), "blocks still in use");
-    /* SIGTERM while the preempted one waits: it was running, so it finishes with the one that preempted it */
-    preempt_job low4 = {.port = port, .body = greedy}, high4 = {.port = port, .body = "{\"prompt\":\"The dog\",\"max_tokens\":60,\"priority\":-1}"};
+    /* SIGTERM while the preempted one waits: it was running, so it finishes with the one that preempted it
+       (within the 5 s a drain gives: some 60 steps of 15 ms in all) */
+    static const char *short_low = "{\"prompt\":\"Once upon a time\",\"max_tokens\":40,\"temperature\":0,\"ignore_eos\":true,\"priority\":3}";
+    result alone_short;
+    complete(port, 0, NULL, short_low, &alone_short);
+    preempt_job low4 = {.port = port, .body = short_low}, high4 = {.port = port, .body = "{\"prompt\":\"The dog\",\"max_tokens\":20,\"priority\":-1}"};
     pthread_t tl, th;
     pthread_create(&tl, NULL, run_preempt_job, &low4);
     T_CHECK(wait_metric(port, "nerve_running_sequences", 1), "the low one did not start");
@@ -2588,13 +2594,14 @@ static void test_preemption(void) {
     T_CHECK(server_stop(&s) == 0, "server did not exit 0");
     pthread_join(th, NULL);
     pthread_join(tl, NULL);
-    T_CHECK(high4.res.status == 200 && low4.res.status == 200 && !strcmp(low4.res.text, alone_greedy.text),
+    T_CHECK(high4.res.status == 200 && low4.res.status == 200 && alone_short.status == 200 && !strcmp(low4.res.text, alone_short.text),
             "drained: %d, %d '%s'", high4.res.status, low4.res.status, low4.res.text);
 
     /* two sequences free but KV room for one (3 blocks of 16 positions): the room is made, the preempted
        one's blocks are taken by the other, and it computes them all again */
     /* (prompt rows one a step: a chunk of its recomputed positions ends where its prompt does) */
-    if (!server_start(&s, "preempt-kv", "--kv-memory 30K --max-batch 2 --prefill-chunk 1 --scheduling-policy priority", "NERVE_TEST_STEP_DELAY_MS=15")) {
+    if (!server_start(&s, "preempt-kv", "--kv-memory 30K --max-batch 2 --max-queue 1 --prefill-chunk 1 --scheduling-policy priority",
+                      "NERVE_TEST_STEP_DELAY_MS=15")) {
         T_CHECK(0, "server did not start");
         return;
     }
@@ -2603,12 +2610,58 @@ static void test_preemption(void) {
                       *big = "{\"prompt\":\"The dog\",\"max_tokens\":30,\"temperature\":0,\"priority\":-1}";
     result ref;
     complete(port, 0, NULL, fits, &ref);
-    preempt_job low2 = {.body = fits}, high2 = {.body = big};
-    T_CHECK(preempt_pair(port, &low2, &high2, 150), "the KV room was not made");
+    preempt_job low2 = {.port = port, .body = fits}, high2 = {.port = port, .body = big};
+    pthread_t t_low2, t_high2;
+    pthread_create(&t_low2, NULL, run_preempt_job, &low2);
+    T_CHECK(wait_metric(port, "nerve_running_sequences", 1), "the low one did not start");
+    sleep_ms(150);
+    pthread_create(&t_high2, NULL, run_preempt_job, &high2);
+    T_CHECK(wait_metric(port, "nerve_preemptions_total", 1), "the KV room was not made");
+    /* the preempted one waits, but was running: it does not take the queue's one place (--max-queue 1) */
+    result third;
+    complete(port, 0, NULL, "{\"prompt\":\"A cat\",\"max_tokens\":2,\"priority\":5}", &third);
+    T_CHECK(third.status == 200, "a request beside a preempted one: %d", third.status);
+    pthread_join(t_high2, NULL);
+    pthread_join(t_low2, NULL);
+    T_CHECK(high2.res.status == 200 && low2.res.status == 200 && high2.t_done < low2.t_done, "the KV room was not made");
     T_CHECK(ref.status == 200 && !strcmp(low2.res.text, ref.text) && low2.res.completion_tokens == 40,
             "after its blocks went: '%s' against '%s'", low2.res.text, ref.text);
     T_CHECK(metric(port, "nerve_preemptions_total") == 1, "%g preemptions", metric(port, "nerve_preemptions_total"));
     T_CHECK(wait_metric(port, "nerve_kv_blocks_in_use", 0), "blocks still in use");
+    T_CHECK(server_stop(&s) == 0, "server did not exit 0");
+
+    /* room that only preempting two sequences makes, one block of it shared by the two (their common
+       prompt's): 6 blocks of 16 positions, two running ones of 2 blocks each, sharing their first; one
+       that needs all 6 preempts both */
+    if (!server_start(&s, "preempt-shared", "--kv-memory 60K --max-batch 3 --scheduling-policy priority", "NERVE_TEST_STEP_DELAY_MS=40")) {
+        T_CHECK(0, "server did not start");
+        return;
+    }
+    static const char *twin = "{\"prompt\":\"Once upon a time, there was a little girl named Lily. She loved to play\",\"max_tokens\":10,"
+                              "\"temperature\":0,\"ignore_eos\":true,\"priority\":3}",
+                      *whole = "{\"prompt\":\"The dog\",\"max_tokens\":93,\"temperature\":0,\"ignore_eos\":true,\"priority\":-1}";
+    T_CHECK(metric(s.port, "nerve_kv_blocks_total") == 6, "%g blocks", metric(s.port, "nerve_kv_blocks_total"));
+    result twin_alone;
+    complete(s.port, 0, NULL, twin, &twin_alone);
+    T_CHECK(wait_metric(s.port, "nerve_kv_blocks_in_use", 0), "blocks in use");
+    {
+        /* (the first's blocks stay idle in the cache from the run alone: the two share them) */
+        preempt_job t1 = {.port = s.port, .body = twin}, t2 = {.port = s.port, .body = twin}, big = {.port = s.port, .body = whole};
+        pthread_t a, b, c;
+        pthread_create(&a, NULL, run_preempt_job, &t1);
+        T_CHECK(wait_metric(s.port, "nerve_running_sequences", 1), "the first did not start");
+        pthread_create(&b, NULL, run_preempt_job, &t2);
+        T_CHECK(wait_metric(s.port, "nerve_running_sequences", 2), "the second did not start");
+        sleep_ms(60);
+        pthread_create(&c, NULL, run_preempt_job, &big);
+        pthread_join(c, NULL);
+        pthread_join(a, NULL);
+        pthread_join(b, NULL);
+        T_CHECK(big.res.status == 200 && big.res.completion_tokens == 93 && big.t_done < t1.t_done && big.t_done < t2.t_done,
+                "the one needing the whole pool: %d, %d tokens", big.res.status, big.res.completion_tokens);
+        T_CHECK(!strcmp(t1.res.text, twin_alone.text) && !strcmp(t2.res.text, twin_alone.text), "the twins' answers changed");
+        T_CHECK(metric(s.port, "nerve_preemptions_total") == 2, "%g preemptions", metric(s.port, "nerve_preemptions_total"));
+    }
     T_CHECK(server_stop(&s) == 0, "server did not exit 0");
 
     /* --no-preemption: the running one finishes first */

@@ -676,9 +676,10 @@ nv_err nv_sched_init(nv_sched *s, const nv_model *model, const nv_tokenizer *tok
     s->running = calloc((size_t)o->max_batch, sizeof *s->running);
     s->step_req = calloc((size_t)o->max_batch, sizeof *s->step_req);
     s->victims = calloc((size_t)o->max_batch, sizeof *s->victims);
+    s->held = calloc((size_t)s->pool.n_blocks, sizeof *s->held);
     s->embed_tmp = malloc((size_t)c->dim * sizeof *s->embed_tmp);
     s->seqs = calloc((size_t)o->max_batch, sizeof *s->seqs);
-    if (!s->running || !s->step_req || !s->victims || !s->seqs || !s->embed_tmp || !s->eog_ids) {
+    if (!s->running || !s->step_req || !s->victims || !s->held || !s->seqs || !s->embed_tmp || !s->eog_ids) {
         nv_sched_free(s);
         return nv_fail(NV_ENOMEM, "scheduler: out of memory");
     }
@@ -1029,12 +1030,15 @@ static int victim_order(const void *x, const void *y) { /* the lowest-ranked fir
     return ranks_before(a, b) - ranks_before(b, a);
 }
 
-/* The pool's blocks preempting v gives r, whose first `hits` blocks the prefix cache holds: the rest
- * of v's reservation, and its blocks no one else holds but those r shares (they stay r's, idle). */
-static int preempt_gain(const nv_sched *s, const nv_req *v, const nv_req *r, int hits) {
+/* The pool's blocks preempting v gives r, whose first `hits` blocks the prefix cache holds, once the
+ * victims picked before it have gone too: the rest of v's reservation, and the blocks of v that no
+ * one but the victims then holds (s->held counts them), but those r shares (they stay r's, idle). */
+static int preempt_gain(nv_sched *s, const nv_req *v, const nv_req *r, int hits) {
     int gain = v->reserved;
-    for (int k = 0; k < v->n_alloc; k++)
-        gain += s->pool.refs[v->blocks[k]] == 1 && !(k < hits && r->blocks[k] == v->blocks[k]);
+    for (int k = 0; k < v->n_alloc; k++) {
+        const int32_t b = v->blocks[k];
+        gain += ++s->held[b] == s->pool.refs[b] && !(k < hits && r->blocks[k] == b);
+    }
     return gain;
 }
 
@@ -1085,6 +1089,8 @@ static int preempt_for(nv_sched *s, const nv_req *r, int hits, int short_by) {
     const int slots = s->n_running >= s->o.max_batch;
     int k = 0, gain = 0;
     while (k < n && (k < slots || gain < short_by)) gain += preempt_gain(s, s->victims[k++], r, hits);
+    for (int i = 0; i < k; i++)
+        for (int j = 0; j < s->victims[i]->n_alloc; j++) s->held[s->victims[i]->blocks[j]] = 0;
     if (k < slots || gain < short_by) return 0;
     int went = 0;
     for (int i = 0; i < k; i++) went += preempt(s, s->victims[i]);
@@ -1321,6 +1327,7 @@ static int plan_step(nv_sched *s) {
         if (r->restore_next < r->restore_end || r->wrestore_next < r->wrestore_end) continue; /* still reading its prefix from disk */
         if (r->pos < fill_end(r)) {
             if (budget == 0) continue;
+            r->spec_k = 0;
             q.n = fill_end(r) - r->pos < budget ? fill_end(r) - r->pos : budget;
             /* a chunk that reaches snap_at ends there: the ring then holds the window behind that block and
                the one before it (ckpt_snapshot copies both), however far the chunk would have gone past */
@@ -1986,9 +1993,11 @@ nv_err nv_sched_start(nv_sched *s) {
     return NV_OK;
 }
 
-static int waiting_background(const nv_sched *s) {
+/* The requests waiting that count against max_queue for a new one: not those preempted (they were
+ * running), and for an interactive one not the background ones either. */
+static int waiting_counted(const nv_sched *s, int background) {
     int n = 0;
-    for (const nv_req *r = s->wait_head; r; r = r->next) n += r->background;
+    for (const nv_req *r = s->wait_head; r; r = r->next) n += !r->preempted && (background || !r->background);
     return n;
 }
 
@@ -2001,7 +2010,7 @@ nv_submit nv_sched_submit(nv_sched *s, nv_req *r, int background) {
     nv_submit res = NV_SUBMIT_OK;
     if (s->stopping) res = NV_SUBMIT_STOPPING;
     else if (r->blocks_needed > s->pool.n_blocks) res = NV_SUBMIT_TOO_BIG;
-    else if ((background ? s->n_waiting : s->n_waiting - waiting_background(s)) >= s->o.max_queue) res = NV_SUBMIT_QUEUE_FULL;
+    else if (waiting_counted(s, background) >= s->o.max_queue) res = NV_SUBMIT_QUEUE_FULL;
     else if (r->lora.n && !r->pinned && !nv_adapters_pin_mix(s->o.adapters, &r->lora))
         res = NV_SUBMIT_NO_ADAPTER; /* removed (or its slot given to another) since the request named it */
     if (res == NV_SUBMIT_OK) {
@@ -2061,6 +2070,7 @@ void nv_sched_free(nv_sched *s) {
     free(s->eog_ids);
     free(s->step_req);
     free(s->victims);
+    free(s->held);
     free(s->embed_tmp);
     free(s->seqs);
     nv_batch_state_free(&s->bs);

@@ -86,8 +86,9 @@
  *   own ring); once a prompt has run, the window behind it is also copied into spare blocks as a
  *   checkpoint (the same prompt again after a long answer); the least recently used checkpoint goes
  *   when a sequence needs its blocks.
- * - Shutdown: nv_sched_drain() stops admission and ends every queued request ("shutdown");
- *   running ones continue. nv_sched_stop() ends the running ones too and joins the loop. */
+ * - Shutdown: nv_sched_drain() stops admission and ends every queued request ("shutdown") but
+ *   the preempted ones, which were running: they are admitted again and continue with the running
+ *   ones. nv_sched_stop() ends them all and joins the loop. */
 #ifndef NV_SERVE_SCHED_H
 #define NV_SERVE_SCHED_H
 
@@ -311,6 +312,7 @@ typedef struct {
     nv_batch_seq *seqs;
     nv_req **step_req;
     nv_req **victims; /* admission's scratch: the running sequences a request may preempt */
+    uint16_t *held;   /* admission's scratch: per pool block, how many of the victims picked hold it (0 between uses) */
     /* the prefix cache */
     int prefix_on;
     nv_prefix prefix;
