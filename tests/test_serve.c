@@ -2530,14 +2530,20 @@ static void *run_preempt_job(void *arg) {
     return NULL;
 }
 
-/* Runs low, then (once it has decoded `after_ms`) high beside it; 1 when high finished first. */
-static int preempt_pair(int port, preempt_job *low, preempt_job *high, int after_ms) {
-    pthread_t tl, th;
+/* Starts low, then (once it has run `after_ms`) high beside it; 0 when low did not start. */
+static int preempt_start(int port, preempt_job *low, preempt_job *high, int after_ms, pthread_t *tl, pthread_t *th) {
     low->port = high->port = port;
-    pthread_create(&tl, NULL, run_preempt_job, low);
+    pthread_create(tl, NULL, run_preempt_job, low);
     int ok = wait_metric(port, "nerve_running_sequences", 1);
     sleep_ms(after_ms);
-    pthread_create(&th, NULL, run_preempt_job, high);
+    pthread_create(th, NULL, run_preempt_job, high);
+    return ok;
+}
+
+/* Runs low, then high beside it (preempt_start); 1 when high finished first. */
+static int preempt_pair(int port, preempt_job *low, preempt_job *high, int after_ms) {
+    pthread_t tl, th;
+    int ok = preempt_start(port, low, high, after_ms, &tl, &th);
     pthread_join(th, NULL);
     pthread_join(tl, NULL);
     return ok && high->res.status == 200 && low->res.status == 200 && high->t_done < low->t_done;
@@ -2550,6 +2556,7 @@ static void test_preemption(void) {
                       *seeded = "{\"prompt\":\"Once upon a time\",\"max_tokens\":120,\"temperature\":1,\"seed\":7,\"ignore_eos\":true,"
                                 "\"stream\":true,\"priority\":3}",
                       *urgent = "{\"prompt\":\"The dog\",\"max_tokens\":4,\"temperature\":0,\"priority\":-1}",
+                      *fits = "{\"prompt\":\"Once upon a time\",\"max_tokens\":40,\"temperature\":0,\"ignore_eos\":true,\"priority\":3}",
                       *equal = "{\"prompt\":\"The dog\",\"max_tokens\":4,\"temperature\":0,\"priority\":3}";
     server s;
     if (!server_start(&s, "preempt", "--max-batch 1 --scheduling-policy priority", "NERVE_TEST_STEP_DELAY_MS=15")) {
@@ -2581,16 +2588,12 @@ static void test_preemption(void) {
     T_CHECK(wait_metric(port, "nerve_kv_blocks_in_use", 0), "blocks still in use");
     /* SIGTERM while the preempted one waits: it was running, so it finishes with the one that preempted it
        (within the 5 s a drain gives: some 60 steps of 15 ms in all) */
-    static const char *short_low = "{\"prompt\":\"Once upon a time\",\"max_tokens\":40,\"temperature\":0,\"ignore_eos\":true,\"priority\":3}";
     result alone_short;
-    complete(port, 0, NULL, short_low, &alone_short);
-    preempt_job low4 = {.port = port, .body = short_low}, high4 = {.port = port, .body = "{\"prompt\":\"The dog\",\"max_tokens\":20,\"priority\":-1}"};
+    complete(port, 0, NULL, fits, &alone_short);
+    preempt_job low4 = {.body = fits}, high4 = {.body = "{\"prompt\":\"The dog\",\"max_tokens\":20,\"priority\":-1}"};
     pthread_t tl, th;
-    pthread_create(&tl, NULL, run_preempt_job, &low4);
-    T_CHECK(wait_metric(port, "nerve_running_sequences", 1), "the low one did not start");
-    sleep_ms(200);
-    pthread_create(&th, NULL, run_preempt_job, &high4);
-    T_CHECK(wait_metric(port, "nerve_preemptions_total", 3), "no preemption before the SIGTERM");
+    T_CHECK(preempt_start(port, &low4, &high4, 200, &tl, &th) && wait_metric(port, "nerve_preemptions_total", 3),
+            "no preemption before the SIGTERM");
     T_CHECK(server_stop(&s) == 0, "server did not exit 0");
     pthread_join(th, NULL);
     pthread_join(tl, NULL);
@@ -2606,17 +2609,13 @@ static void test_preemption(void) {
         return;
     }
     port = s.port;
-    static const char *fits = "{\"prompt\":\"Once upon a time\",\"max_tokens\":40,\"temperature\":0,\"ignore_eos\":true,\"priority\":3}",
-                      *big = "{\"prompt\":\"The dog\",\"max_tokens\":30,\"temperature\":0,\"priority\":-1}";
+    static const char *big = "{\"prompt\":\"The dog\",\"max_tokens\":30,\"temperature\":0,\"priority\":-1}";
     result ref;
     complete(port, 0, NULL, fits, &ref);
-    preempt_job low2 = {.port = port, .body = fits}, high2 = {.port = port, .body = big};
+    preempt_job low2 = {.body = fits}, high2 = {.body = big};
     pthread_t t_low2, t_high2;
-    pthread_create(&t_low2, NULL, run_preempt_job, &low2);
-    T_CHECK(wait_metric(port, "nerve_running_sequences", 1), "the low one did not start");
-    sleep_ms(150);
-    pthread_create(&t_high2, NULL, run_preempt_job, &high2);
-    T_CHECK(wait_metric(port, "nerve_preemptions_total", 1), "the KV room was not made");
+    T_CHECK(preempt_start(port, &low2, &high2, 150, &t_low2, &t_high2) && wait_metric(port, "nerve_preemptions_total", 1),
+            "the KV room was not made");
     /* the preempted one waits, but was running: it does not take the queue's one place (--max-queue 1) */
     result third;
     complete(port, 0, NULL, "{\"prompt\":\"A cat\",\"max_tokens\":2,\"priority\":5}", &third);
