@@ -2675,6 +2675,39 @@ static void test_preemption(void) {
     T_CHECK(server_stop(&s) == 0, "server did not exit 0");
 }
 
+/* --kv-overcommit: two requests whose prompt and max_tokens each take the whole pool (3 blocks) run
+ * at once, each holding only what it has written; when the pool runs short the later one goes back
+ * to the queue (one echoing its prompt with log-probabilities too), and both answers are the ones
+ * they give alone. */
+static void test_kv_overcommit(void) {
+    server s;
+    if (!server_start(&s, "overcommit", "--kv-memory 30K --max-batch 2 --kv-overcommit", "NERVE_TEST_STEP_DELAY_MS=15")) {
+        T_CHECK(0, "server did not start");
+        return;
+    }
+    static const char *body = "{\"prompt\":\"Once upon a time\",\"max_tokens\":40,\"temperature\":0,\"ignore_eos\":true}",
+                      *seeded = "{\"prompt\":\"Lily and Ben\",\"max_tokens\":40,\"temperature\":1,\"seed\":3,\"ignore_eos\":true,"
+                                "\"echo\":true,\"logprobs\":1}"; /* (its prompt's log-probabilities computed once) */
+    result alone[2];
+    complete(s.port, 0, NULL, body, &alone[0]);
+    complete(s.port, 0, NULL, seeded, &alone[1]);
+    preempt_job first = {.body = body}, second = {.body = seeded};
+    pthread_t t1, t2;
+    T_CHECK(preempt_start(s.port, &first, &second, 30, &t1, &t2) && wait_metric(s.port, "nerve_running_sequences", 2),
+            "the two did not run at once");
+    pthread_join(t1, NULL);
+    pthread_join(t2, NULL);
+    for (int k = 0; k < 2; k++) {
+        const preempt_job *j = k ? &second : &first;
+        T_CHECK(alone[k].status == 200 && j->res.status == 200 && j->res.completion_tokens == 40 && !strcmp(j->res.text, alone[k].text),
+                "request %d: %d, %d tokens, '%s' against '%s'", k, j->res.status, j->res.completion_tokens, j->res.text, alone[k].text);
+    }
+    T_CHECK(metric(s.port, "nerve_preemptions_total") >= 1 && first.t_done < second.t_done,
+            "the pool never ran short (%g preemptions), or the later one went on", metric(s.port, "nerve_preemptions_total"));
+    T_CHECK(wait_metric(s.port, "nerve_kv_blocks_in_use", 0) && metric(s.port, "nerve_kv_blocks_reserved") == 0, "blocks still held");
+    T_CHECK(server_stop(&s) == 0, "server did not exit 0");
+}
+
 /* ---- auth, CORS, timeouts ----------------------------------------------------------------------- */
 
 static void test_auth_cors_timeout(void) {
@@ -3206,6 +3239,7 @@ int main(void) {
     T_RUN(test_tiny_pool_queue_429_disconnect);
     T_RUN(test_priority_order);
     T_RUN(test_preemption);
+    T_RUN(test_kv_overcommit);
     T_RUN(test_slots);
     T_RUN(test_auth_cors_timeout);
     T_RUN(test_https);

@@ -57,6 +57,7 @@ static void usage(FILE *f) {
             "                   [--chat-template plain|chatml|llama2|llama3|deepseek|phi3|gemma|granite|mistral|phi4-mini|phi4|olmo2|smollm3 |\n"
             "                    --chat-template-file F] [--jinja] [--reasoning-format auto|none|deepseek]\n"
             "                   [--reasoning-budget N] [--reasoning-budget-message TEXT] [--reasoning-effort LEVEL] [--scheduling-policy fcfs|priority] [--no-preemption]\n"
+            "                   [--kv-overcommit]\n"
             "                   [--rerank-tokens YES[,NO]] [--rerank-template F] [--rerank-instruction TEXT]\n"
             "                   [--max-batch N] [--prefill-chunk N] [--spec-tokens N] [--spec-lookup-min N] [--spec-lookup-max N]\n"
             "                   [--prediction-tokens N]\n"
@@ -138,6 +139,10 @@ static void usage(FILE *f) {
             "                       value under --scheduling-policy priority; the Batch API's requests for any other),\n"
             "                       which go on later with the same text, their positions computed again where the\n"
             "                       prefix cache no longer holds them\n"
+            "  --kv-overcommit      admit a request once its prompt fits the KV pool rather than its prompt and\n"
+            "                       max_tokens: sequences take blocks as they grow, and where the pool runs short the\n"
+            "                       lowest-ranked (the latest among equals) are preempted as above (more requests at\n"
+            "                       once when answers end before max_tokens; vLLM's way; not with --swa-cache window)\n"
             "  --max-batch N        sequences decoded together per step (default 16)\n"
             "  --prefill-chunk N    prompt tokens per step, shared by sequences in prefill (default 512)\n"
             "  --spec-tokens N      speculative decoding by prompt lookup: up to N tokens (<= 16) that followed an\n"
@@ -337,7 +342,7 @@ int cli_serve_run(int argc, char **argv, const cli_serve_job *job) {
     const char *given_keys[MAX_API_KEYS], *api_keys[MAX_API_KEYS];
     int n_given_keys = 0, n_api_keys = 0;
     int reasoning = -1; /* auto: deepseek for a template that shows think blocks, else none */
-    int think_budget = -1, *think_close = NULL, n_think_close = 0, priority_sched = 0, no_preempt = 0;
+    int think_budget = -1, *think_close = NULL, n_think_close = 0, priority_sched = 0, no_preempt = 0, overcommit = 0;
     const char *budget_message = NULL, *reasoning_effort = NULL;
     int port = 8000, threads = 0, cors = 0, webui = 1, max_batch = 16, prefill_chunk = 512, max_queue = 64, kv_block = 16;
     int pred_tokens = NV_MAX_SPEC;
@@ -366,6 +371,7 @@ int cli_serve_run(int argc, char **argv, const cli_serve_job *job) {
             cli_switch(a, "--no-prefix-cache", &prefix_cache, 0) ||
             cli_switch(a, "--no-webui", &webui, 0) ||
             cli_switch(a, "--no-preemption", &no_preempt, 1) ||
+            cli_switch(a, "--kv-overcommit", &overcommit, 1) ||
             cli_switch(a, "--no-tune", &no_tune, 1) ||
             cli_switch(a, "--allow-lora-updates", &lora_updates, 1) ||
             cli_switch(a, "--no-fine-tune-yield", &ft_yield, 0) ||
@@ -619,6 +625,7 @@ int cli_serve_run(int argc, char **argv, const cli_serve_job *job) {
                         .swa_cache = swa_cache,
                         .step_delay_ms = step_delay_ms,
                         .no_preempt = no_preempt,
+                        .overcommit = overcommit,
                         .prefix_cache = prefix_cache,
                         .ram_cache_bytes = ram_cache,
                         .disk_dir = cache_dir,
@@ -644,6 +651,9 @@ int cli_serve_run(int argc, char **argv, const cli_serve_job *job) {
         nv_info("serve: every layer's keys and values of the context of %d positions would not fit --kv-memory: the "
                 "windowed layers keep only their window (--swa-cache full keeps every position)",
                 model.config.seq_len);
+    if (overcommit && sched.wring)
+        nv_warn("serve: --kv-overcommit does not apply on split pages (the windowed layers' rings): requests reserve "
+                "their prompt and max_tokens (--swa-cache full to overcommit)");
     nv_model_drop_quant_sources(&model); /* the plans hold their own copy */
     if (nv_sched_start(&sched) != NV_OK) {
         cli_error(CMD, 1, "%s", nv_errmsg());

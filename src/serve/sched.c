@@ -77,6 +77,7 @@ struct nv_req {
     int *replay;
     int n_replay;
     int preempted; /* times it went back to the queue from running */
+    int stalled;   /* an overcommitted pool had no room for its next blocks this step: it sits the step out */
     int last; /* the token the next decode row feeds (and decode()'s previous token) */
     int outs[NV_MAX_SPEC + 1]; /* the tokens this step sampled, in order */
     int n_outs;
@@ -1029,6 +1030,7 @@ static int victim_order(const void *x, const void *y) { /* the lowest-ranked fir
     const nv_req *a = *(nv_req *const *)x, *b = *(nv_req *const *)y;
     return ranks_before(a, b) - ranks_before(b, a);
 }
+static int rank_order(const void *x, const void *y) { return victim_order(y, x); } /* the highest first */
 
 /* The pool's blocks preempting v gives r, whose first `hits` blocks the prefix cache holds, once the
  * victims picked before it have gone too: the rest of v's reservation, and the blocks of v that no
@@ -1068,15 +1070,19 @@ static int preempt(nv_sched *s, nv_req *v) {
     return 1;
 }
 
+/* Whether running v can go back to the queue: not on split pages, nor one whose rows are read as
+ * they run (an embedding, a score, prompt log-probabilities until they are whole), nor one reading
+ * its prefix from disk. So every decoding sequence can. */
+static int preemptible(const nv_sched *s, const nv_req *v) {
+    return !s->wring && !v->embed && !v->n_score && (!v->plps || v->plp_ready) && v->restore_next >= v->restore_end;
+}
+
 /* The running sequences r may preempt, into s->victims: how many. */
 static int victims_of(nv_sched *s, const nv_req *r) {
-    if (s->o.no_preempt || s->wring || s->stopping) return 0;
+    if (s->o.no_preempt || s->stopping) return 0;
     int n = 0;
-    for (int i = 0; i < s->n_running; i++) {
-        nv_req *v = s->running[i];
-        /* (the rows of an embedding, a score or prompt log-probabilities are read as they run) */
-        if (outranks(r, v) && !v->embed && !v->n_score && !v->plps && v->restore_next >= v->restore_end) s->victims[n++] = v;
-    }
+    for (int i = 0; i < s->n_running; i++)
+        if (outranks(r, s->running[i]) && preemptible(s, s->running[i])) s->victims[n++] = s->running[i];
     return n;
 }
 
@@ -1096,6 +1102,9 @@ static int preempt_for(nv_sched *s, const nv_req *r, int hits, int short_by) {
     for (int i = 0; i < k; i++) went += preempt(s, s->victims[i]);
     return went;
 }
+
+/* Whether requests reserve only what they hold so far (o.overcommit, not on split pages). */
+static int overcommit(const nv_sched *s) { return s->o.overcommit && !s->wring; }
 
 static void admit(nv_sched *s) {
     int B = s->pool.block_size;
@@ -1138,7 +1147,12 @@ static void admit(nv_sched *s) {
         }
         int need = r->blocks_needed - (wpoint ? 0 : hits); /* blocks of its own, disk restores included */
         const int wneed = ring_blocks(s, r->blocks_needed);
-        const int short_by = need + idle_hits - nv_kv_available(&s->pool);
+        if (overcommit(s)) { /* its prompt and first answer position; the rest as it goes (grow), and a block
+                                left for each running sequence's next one */
+            const int now = nv_kv_blocks_for(&s->pool, (long)fill_end(r) + 1);
+            if (now < r->blocks_needed) need = now - hits;
+        }
+        const int short_by = need + idle_hits + (overcommit(s) ? s->n_running : 0) - nv_kv_available(&s->pool);
         if (short_by > 0 || s->n_running >= s->o.max_batch) { /* the head waits; nobody overtakes it */
             if (preempt_for(s, r, hits, short_by)) continue; /* (their blocks may be its hits now) */
             break;
@@ -1194,6 +1208,44 @@ static void admit(nv_sched *s) {
             if (!r->preempted) nv_metrics_prefix(s->metrics, hits, miss, 0, restoring || !s->disk ? 0 : miss, restoring ? 0 : r->n_cached);
         }
         s->running[s->n_running++] = r;
+    }
+}
+
+/* An overcommitted pool (o.overcommit): reserves the blocks each decoding sequence may reach this step
+ * (its decode row and the most drafts it may take) beyond those it holds and has reserved, the
+ * highest-ranked first; where the pool is short, the lowest-ranked running sequences go back to the
+ * queue (preempt), the one growing itself when it is the lowest, so the highest-ranked always goes
+ * on. One that finds nothing it may preempt sits the step out (stalled). Lock held. */
+static void grow(nv_sched *s) {
+    if (!overcommit(s)) return;
+    const int n = s->n_running, B = s->pool.block_size;
+    nv_req **order = s->victims;
+    memcpy(order, s->running, (size_t)n * sizeof *order);
+    qsort(order, (size_t)n, sizeof *order, rank_order);
+    for (int i = 0; i < n; i++) {
+        nv_req *r = order[i];
+        if (!r) continue; /* preempted by a sequence before it */
+        r->stalled = 0;
+        if (r->pos < fill_end(r) || r->restore_next < r->restore_end) continue; /* its prompt was reserved whole */
+        const int k_max = !r->ctx ? 0 : r->pred.n && s->o.pred_tokens ? s->o.pred_tokens : s->o.spec_tokens;
+        long reach = (long)r->pos + 1 + k_max;
+        if (reach > (long)r->blocks_needed * B) reach = (long)r->blocks_needed * B;
+        const int want = (int)((reach + B - 1) / B) - r->n_alloc - r->reserved;
+        while (want > 0) {
+            if (nv_kv_reserve(&s->pool, want)) {
+                r->reserved += want;
+                break;
+            }
+            int j = n - 1;
+            while (j > i && !(order[j] && preemptible(s, order[j]))) j--;
+            nv_req *v = j > i ? order[j] : preemptible(s, r) ? r : NULL;
+            if (!v || !preempt(s, v)) {
+                r->stalled = 1;
+                break;
+            }
+            if (v == r) break; /* it waits in the queue now */
+            order[j] = NULL;
+        }
     }
 }
 
@@ -1325,6 +1377,7 @@ static int plan_step(nv_sched *s) {
         nv_req *r = s->running[i];
         nv_batch_seq q = {0};
         if (r->restore_next < r->restore_end || r->wrestore_next < r->wrestore_end) continue; /* still reading its prefix from disk */
+        if (r->stalled) continue; /* no room for its next blocks this step (grow) */
         if (r->pos < fill_end(r)) {
             if (budget == 0) continue;
             r->spec_k = 0;
@@ -1807,7 +1860,7 @@ static void prompt_logprobs(nv_sched *s, int n) {
     for (int i = 0, row = 0; i < n; row += s->seqs[i].n, i++) {
         nv_req *r = s->step_req[i];
         const nv_batch_seq *q = &s->seqs[i];
-        if (!r->plps || q->pos >= r->n_prompt) continue;
+        if (!r->plps || r->plp_ready || q->pos >= r->n_prompt) continue; /* (once whole, a replay's rows add nothing) */
         int scored = r->n_prompt - 1 - q->pos < q->n ? r->n_prompt - 1 - q->pos : q->n; /* rows with a next prompt token */
         if (scored > 0 && !s->plp_logits && !(s->plp_logits = malloc((size_t)chunk * vocab * sizeof(float)))) {
             nv_log(NV_LOG_WARN, "serve: out of memory for prompt log-probabilities");
@@ -1894,6 +1947,7 @@ static void *sched_loop(void *arg) {
         if (s->stopping == 2) break;
         admit(s);
         restore_from_disk(s);
+        grow(s);
         if (s->n_running == 0) {
             cond_wait_s(&s->cv, &s->mu, 0.1);
             continue;

@@ -277,6 +277,12 @@ typedef struct {
      * priority value a higher one), the lowest-ranked first, when that makes the room (not on split
      * pages, nor sequences whose prompt rows are read: embeddings, scores, prompt log-probabilities) */
     int no_preempt;
+    /* 1: a request is admitted when the blocks of its prompt (and its first answer position) fit, not
+     * every block its max_tokens may take; a decoding sequence reserves its next blocks as it reaches
+     * them, and where the pool is short the lowest-ranked running sequences are preempted (the one
+     * growing, when it is the lowest). More requests run at once when answers end before their
+     * max_tokens (vLLM's way). Not on split pages, whose sequences are not preempted */
+    int overcommit;
 } nv_sched_opts;
 
 
