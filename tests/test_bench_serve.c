@@ -1,4 +1,4 @@
-/* nerve bench serve, nerve bench prefix, nerve bench rerank and nerve bench spec, --quick (a stories260K-shaped model): each runs a
+/* nerve bench serve, nerve bench prefix, nerve bench rerank, nerve bench spec and nerve bench preempt, --quick (a stories260K-shaped model): each runs a
  * real server as a child process and prints one JSON row per clients value / per case, with the
  * fields of ../shared/design.md "Benchmarks". Speed targets are not checked here (benchmarks
  * measure, tests check): only that the rows are there, well formed and plausible. */
@@ -183,11 +183,42 @@ static void test_bench_spec_draft_quick(void) {
     for (int i = 0; i < n; i++) cJSON_Delete(rows[i]);
 }
 
+/* bench preempt: the priority case without and with preemption (only the latter preempts), the
+ * overcommit case reserving and overcommitting (the same requests: the same tokens either way) */
+static void test_bench_preempt_quick(void) {
+    if (!has_data()) return;
+    setenv("NERVE_TEST_STEP_DELAY_MS", "2", 1); /* (the long streams last some 0.4 s) */
+    int rc = t_nerve("bench preempt --quick --json --tokens 200");
+    T_CHECK(rc == 0, "exit %d: %s", rc, t_err);
+    cJSON *rows[8];
+    int n = parse_rows(t_out, rows, 8);
+    T_CHECK(n == 4, "%d rows: %s", n, t_out);
+    static const char *cases[4] = {"priority", "priority", "overcommit", "overcommit"},
+                      *modes[4] = {"no-preemption", "preemption", "reserve", "kv-overcommit"};
+    for (int i = 0; i < n && i < 4; i++) {
+        const cJSON *r = rows[i];
+        T_CHECK(!strcmp(str(r, "bench"), "preempt") && !strcmp(str(r, "case"), cases[i]) && !strcmp(str(r, "mode"), modes[i]) &&
+                    !cJSON_GetObjectItem(r, "ok") && num(r, "max_tokens") == 200,
+                "row %d: %s %s %s", i, str(r, "case"), str(r, "mode"), str(r, "why"));
+    }
+    if (n == 4) {
+        T_CHECK(num(rows[0], "preemptions") == 0 && num(rows[1], "preemptions") == 1 && num(rows[0], "ttft_ms") > 0 &&
+                    num(rows[1], "ratio_vs") > 0,
+                "priority: %g and %g preemptions", num(rows[0], "preemptions"), num(rows[1], "preemptions"));
+        T_CHECK(num(rows[2], "completion_tokens") > 0 && num(rows[2], "completion_tokens") == num(rows[3], "completion_tokens") &&
+                    num(rows[3], "ratio_vs") > 0 && !strcmp(str(rows[3], "ratio_of"), "reserve tokens_per_s"),
+                "overcommit: %g and %g tokens", num(rows[2], "completion_tokens"), num(rows[3], "completion_tokens"));
+    }
+    for (int i = 0; i < n; i++) cJSON_Delete(rows[i]);
+    T_CHECK(t_nerve("bench preempt --clients 1") == 2, "--clients 1 accepted");
+}
+
 int main(void) {
     T_RUN(test_bench_serve_quick);
     T_RUN(test_bench_prefix_quick);
     T_RUN(test_bench_rerank_quick);
     T_RUN(test_bench_spec_quick);
     T_RUN(test_bench_spec_draft_quick);
+    T_RUN(test_bench_preempt_quick);
     return t_done();
 }

@@ -2521,11 +2521,26 @@ typedef struct {
     const char *body;
     result res;
     double t_done;
+    char *choice; /* its choice as JSON (text, log-probabilities, finish), when the body is not streamed */
 } preempt_job;
+
+/* A completion's first choice as JSON (the caller frees it), or NULL. */
+static char *choice_of(int port, const char *body) {
+    resp r;
+    char *out = NULL;
+    if (http(port, "POST", "/v1/completions", NULL, body, &r) && r.status == 200) {
+        cJSON *j = cJSON_Parse(r.body);
+        out = cJSON_PrintUnformatted(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), 0));
+        cJSON_Delete(j);
+    }
+    resp_free(&r);
+    return out;
+}
 
 static void *run_preempt_job(void *arg) {
     preempt_job *j = arg;
-    complete(j->port, 0, NULL, j->body, &j->res);
+    if (strstr(j->body, "\"logprobs\"")) j->choice = choice_of(j->port, j->body);
+    else complete(j->port, 0, NULL, j->body, &j->res);
     j->t_done = now_s();
     return NULL;
 }
@@ -2681,30 +2696,42 @@ static void test_preemption(void) {
  * they give alone. */
 static void test_kv_overcommit(void) {
     server s;
-    if (!server_start(&s, "overcommit", "--kv-memory 30K --max-batch 2 --kv-overcommit", "NERVE_TEST_STEP_DELAY_MS=15")) {
+    if (!server_start(&s, "overcommit", "--kv-memory 30K --max-batch 2 --kv-overcommit --scheduling-policy priority",
+                      "NERVE_TEST_STEP_DELAY_MS=40")) {
         T_CHECK(0, "server did not start");
         return;
     }
     static const char *body = "{\"prompt\":\"Once upon a time\",\"max_tokens\":40,\"temperature\":0,\"ignore_eos\":true}",
                       *seeded = "{\"prompt\":\"Lily and Ben\",\"max_tokens\":40,\"temperature\":1,\"seed\":3,\"ignore_eos\":true,"
                                 "\"echo\":true,\"logprobs\":1}"; /* (its prompt's log-probabilities computed once) */
-    result alone[2];
-    complete(s.port, 0, NULL, body, &alone[0]);
-    complete(s.port, 0, NULL, seeded, &alone[1]);
+    result alone;
+    complete(s.port, 0, NULL, body, &alone);
+    char *alone_choice = choice_of(s.port, seeded);
     preempt_job first = {.body = body}, second = {.body = seeded};
     pthread_t t1, t2;
     T_CHECK(preempt_start(s.port, &first, &second, 30, &t1, &t2) && wait_metric(s.port, "nerve_running_sequences", 2),
             "the two did not run at once");
     pthread_join(t1, NULL);
     pthread_join(t2, NULL);
-    for (int k = 0; k < 2; k++) {
-        const preempt_job *j = k ? &second : &first;
-        T_CHECK(alone[k].status == 200 && j->res.status == 200 && j->res.completion_tokens == 40 && !strcmp(j->res.text, alone[k].text),
-                "request %d: %d, %d tokens, '%s' against '%s'", k, j->res.status, j->res.completion_tokens, j->res.text, alone[k].text);
-    }
+    T_CHECK(alone.status == 200 && first.res.status == 200 && first.res.completion_tokens == 40 && !strcmp(first.res.text, alone.text),
+            "the first: %d, %d tokens, '%s' against '%s'", first.res.status, first.res.completion_tokens, first.res.text, alone.text);
+    /* the preempted one: its text, its prompt's log-probabilities and its answer's, as alone */
+    T_CHECK(alone_choice && second.choice && !strcmp(second.choice, alone_choice), "the second:\n    %s\n    %s",
+            second.choice ? second.choice : "(failed)", alone_choice ? alone_choice : "(failed)");
+    free(alone_choice);
+    free(second.choice);
     T_CHECK(metric(s.port, "nerve_preemptions_total") >= 1 && first.t_done < second.t_done,
             "the pool never ran short (%g preemptions), or the later one went on", metric(s.port, "nerve_preemptions_total"));
     T_CHECK(wait_metric(s.port, "nerve_kv_blocks_in_use", 0) && metric(s.port, "nerve_kv_blocks_reserved") == 0, "blocks still held");
+    /* a higher priority whose prompt needs the whole pool while a lower one holds two blocks of it: the
+       lower one's block of headroom counts as room its preemption makes */
+    const double before = metric(s.port, "nerve_preemptions_total");
+    preempt_job low = {.body = "{\"prompt\":\"Once upon a time\",\"max_tokens\":40,\"temperature\":0,\"ignore_eos\":true,\"priority\":3}"},
+                high = {.body = "{\"prompt\":\"Once upon a time, there was a little girl named Lily. She loved to play. Once upon a time, "
+                                "there was a little girl named Lily. She loved to play\",\"max_tokens\":4,\"priority\":-1}"};
+    T_CHECK(preempt_pair(s.port, &low, &high, 700) && !strcmp(low.res.text, alone.text) &&
+                metric(s.port, "nerve_preemptions_total") == before + 1,
+            "the whole pool's prompt waited (%g preemptions)", metric(s.port, "nerve_preemptions_total") - before);
     T_CHECK(server_stop(&s) == 0, "server did not exit 0");
 }
 

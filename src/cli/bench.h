@@ -41,6 +41,7 @@ int bench_accuracy(int argc, char **argv, const bench_opts *o); /* bench_model.c
 int bench_generate(int argc, char **argv, const bench_opts *o);
 int bench_serve(int argc, char **argv, const bench_opts *o);  /* bench_serve.c */
 int bench_prefix(int argc, char **argv, const bench_opts *o);
+int bench_preempt(int argc, char **argv, const bench_opts *o);
 int bench_rerank(int argc, char **argv, const bench_opts *o);
 int bench_spec(int argc, char **argv, const bench_opts *o);   /* bench_serve.c */
 int bench_grammar(int argc, char **argv, const bench_opts *o); /* bench_grammar.c */

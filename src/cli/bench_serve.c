@@ -22,6 +22,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <ftw.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -50,6 +51,7 @@
 #include "model/lora.h"
 #include "model/model.h"
 #include "model/sampler.h"
+#include "model/tokenizer.h"
 
 /* ---- the child server -------------------------------------------------------------------------- */
 
@@ -861,6 +863,204 @@ done:
     free(t_cold);
     free(t_ram);
     free(t_disk);
+    rm_tree(su.dir);
+    return rc;
+}
+
+/* ---- bench preempt -------------------------------------------------------------------------------- */
+
+/* n clients (client_main) started together: the wall time until the last ends, and whether every
+ * request succeeded. */
+typedef struct {
+    client_job *jobs;
+    int n, ok;
+    double wall;
+} clients_run;
+
+static void *run_clients(void *arg) {
+    clients_run *cr = arg;
+    pthread_t th[64];
+    double t0 = nv_now();
+    for (int c = 0; c < cr->n; c++) pthread_create(&th[c], NULL, client_main, &cr->jobs[c]);
+    cr->ok = 1;
+    for (int c = 0; c < cr->n; c++) pthread_join(th[c], NULL), cr->ok &= cr->jobs[c].ok;
+    cr->wall = nv_now() - t0;
+    return NULL;
+}
+
+static void free_clients(client_job *jobs, int n) {
+    for (int c = 0; c < n; c++) {
+        for (int i = 0; i < jobs[c].requests; i++) free(jobs[c].res[i].gaps);
+        free(jobs[c].res);
+    }
+}
+
+/* The case `priority`: two long streams of priority 5 take --max-batch 2; once both run, one of
+ * priority 0 (16 tokens) arrives. Its TTFT and the long ones' wall time, with preemption or not. */
+typedef struct {
+    double ttft, urgent_s, long_s, preemptions;
+    int ok;
+} priority_run;
+
+static int run_priority(const setup *su, const bench_opts *o, int tokens, int preempt, priority_run *out, char *why, size_t cap) {
+    char *args[32], th[16], log[700];
+    int na = 0;
+    add_arg(args, &na, "--max-batch");
+    add_arg(args, &na, "2");
+    add_arg(args, &na, "--scheduling-policy");
+    add_arg(args, &na, "priority");
+    if (!preempt) add_arg(args, &na, "--no-preemption");
+    common_args(args, &na, o, th);
+    snprintf(log, sizeof log, "%s/preempt-%d.log", su->dir, preempt);
+    child srv;
+    if (!child_start(&srv, su->exe, su->model, su->tok, args, na, log, why, cap)) return 0;
+    client_job jobs[2];
+    for (int c = 0; c < 2; c++)
+        jobs[c] = (client_job){srv.port, 1, 16, tokens, su->vocab, c, calloc(1, sizeof(sresult)), 0, "\"priority\":5,\"ignore_eos\":true,"};
+    pthread_t lt;
+    clients_run longs = {jobs, 2, 0, 0};
+    pthread_create(&lt, NULL, run_clients, &longs);
+    for (double t0 = nv_now(); nv_now() - t0 < 60 && nv_loopback_metric(srv.port, "nerve_running_sequences") < 2;) sleep_s(0.005);
+    int ids[16];
+    random_ids(ids, 16, su->vocab, 4242);
+    char *body = prompt_body(ids, 16, 16, 4242, "\"priority\":0,");
+    sresult u = {0};
+    const int u_ok = body && stream_post(srv.port, body, &u);
+    free(body);
+    pthread_join(lt, NULL);
+    out->ttft = u.t_first > 0 ? u.t_first - u.t_send : 0;
+    out->urgent_s = u.t_last > 0 ? u.t_last - u.t_send : 0;
+    out->long_s = longs.wall;
+    out->preemptions = nv_loopback_metric(srv.port, "nerve_preemptions_total");
+    out->ok = u_ok && longs.ok;
+    free(u.gaps);
+    free_clients(jobs, 2);
+    if (child_stop(&srv) != 0) {
+        snprintf(why, cap, "the server did not stop cleanly");
+        return 0;
+    }
+    return 1;
+}
+
+/* The case `overcommit`: n requests at once, each asking max_tokens `tokens` but ending on average
+ * after about an eighth of them (the EOS token's logit raised), on a KV pool that holds two requests'
+ * prompt and max_tokens: the wall time and tokens/s, reserving every request's room or overcommitting. */
+static int run_overcommit(const setup *su, const bench_opts *o, int n, int tokens, const char *kv, const char *head,
+                          int overcommit, long *out_tokens, double *wall, double *preemptions, char *why, size_t cap) {
+    char *args[32], th[16], log[700], mb[16];
+    int na = 0;
+    snprintf(mb, sizeof mb, "%d", n);
+    add_arg(args, &na, "--max-batch");
+    add_arg(args, &na, mb);
+    add_arg(args, &na, "--kv-memory");
+    add_arg(args, &na, kv);
+    if (overcommit) add_arg(args, &na, "--kv-overcommit");
+    common_args(args, &na, o, th);
+    snprintf(log, sizeof log, "%s/overcommit-%d.log", su->dir, overcommit);
+    child srv;
+    if (!child_start(&srv, su->exe, su->model, su->tok, args, na, log, why, cap)) return 0;
+    client_job jobs[64];
+    for (int c = 0; c < n; c++) jobs[c] = (client_job){srv.port, 1, 16, tokens, su->vocab, 500 + c, calloc(1, sizeof(sresult)), 0, head};
+    clients_run cr = {jobs, n, 0, 0};
+    run_clients(&cr);
+    const int ok = cr.ok;
+    *wall = cr.wall;
+    *out_tokens = 0;
+    for (int c = 0; c < n; c++) *out_tokens += jobs[c].res[0].tokens;
+    *preemptions = nv_loopback_metric(srv.port, "nerve_preemptions_total");
+    free_clients(jobs, n);
+    if (child_stop(&srv) != 0 || !ok) {
+        snprintf(why, cap, ok ? "the server did not stop cleanly" : "a request failed");
+        return 0;
+    }
+    return 1;
+}
+
+int bench_preempt(int argc, char **argv, const bench_opts *o) {
+    const char *CMD = "bench preempt", *model = NULL, *tok = NULL;
+    int tokens = o->quick ? 400 : 1024, clients = o->quick ? 4 : 8;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v;
+        if (!(v = cli_value(CMD, argc, argv, &i))) return 2;
+        if (!strcmp(a, "--tokens")) { if (!cli_int(CMD, a, v, 32, 1 << 16, &tokens)) return 2; }
+        else if (!strcmp(a, "--clients")) { if (!cli_int(CMD, a, v, 2, 64, &clients)) return 2; }
+        else if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = v;
+        else if (!strcmp(a, "-z")) tok = v;
+        else return cli_error(CMD, 2, "unknown option '%s' (--tokens N, --clients N, -m MODEL, -z TOK)", a);
+    }
+    const int threads = o->threads ? o->threads : nv_cpu_probe()->cores;
+    int seq_len = 512;
+    while (seq_len < tokens + 32) seq_len *= 2;
+    char why[1024] = "";
+    setup su;
+    nv_config mc;
+    nv_tokenizer *t = NULL;
+    int rc = 1;
+    if (!bench_setup(&su, o, model, tok, seq_len, why, sizeof why) || nv_model_read_config(su.model, &mc) != NV_OK ||
+        nv_tokenizer_load(su.tok, 0, &t) != NV_OK) {
+        if (!why[0]) snprintf(why, sizeof why, "%s", nv_errmsg());
+        fail_row("preempt", why, o, threads);
+        if (su.dir[0]) rm_tree(su.dir);
+        return 1;
+    }
+    if (tokens + 17 > mc.seq_len) tokens = mc.seq_len - 17; /* (a given model's context) */
+    const char *model_name = model ? model : o->quick ? "stories260K" : "stories110M";
+    priority_run pr[2] = {{0}};
+    long oc_tokens[2] = {0};
+    double oc_wall[2] = {0}, oc_pre[2] = {0};
+    /* the pool: two requests' prompt and max_tokens; EOS raised so that answers end after tokens / 8 on
+       average, as exp(bias) / (vocabulary + exp(bias)) = 8 / tokens on a random model's near-flat logits */
+    char kv[32], head[96];
+    const long blocks = (16 + tokens + 15) / 16;
+    snprintf(kv, sizeof kv, "%llu", (unsigned long long)(2 * blocks) * nv_kv_block_bytes(&mc, 16, NV_KV_F16));
+    snprintf(head, sizeof head, "\"logit_bias\":{\"%d\":%.2f},", nv_tokenizer_eos(t), log(8.0 / tokens * mc.vocab_size));
+    for (int mode = 0; mode < 2; mode++) /* (without first, then with) */
+        if (!run_priority(&su, o, tokens, mode, &pr[mode], why, sizeof why) ||
+            !run_overcommit(&su, o, clients, tokens, kv, head, mode, &oc_tokens[mode], &oc_wall[mode], &oc_pre[mode], why, sizeof why))
+            goto fail;
+    for (int mode = 0; mode < 2; mode++) {
+        bench_row row;
+        row_begin(&row, "preempt", "nerve", threads);
+        row_str(&row, "model", model_name);
+        row_str(&row, "case", "priority");
+        row_str(&row, "mode", mode ? "preemption" : "no-preemption");
+        if (!pr[mode].ok) row.jn += (size_t)snprintf(row.json + row.jn, sizeof row.json - row.jn, ",\"ok\":false");
+        row_int(&row, "max_tokens", tokens);
+        row_num(&row, "ttft_ms", pr[mode].ttft * 1e3);
+        row_num(&row, "urgent_ms", pr[mode].urgent_s * 1e3);
+        row_num(&row, "long_s", pr[mode].long_s);
+        row_num(&row, "preemptions", pr[mode].preemptions);
+        if (mode && pr[0].ttft > 0) {
+            row_num(&row, "ratio_vs", pr[1].ttft / pr[0].ttft);
+            row_str(&row, "ratio_of", "no-preemption ttft_ms");
+        }
+        row_end(&row, o);
+    }
+    for (int mode = 0; mode < 2; mode++) {
+        bench_row row;
+        row_begin(&row, "preempt", "nerve", threads);
+        row_str(&row, "model", model_name);
+        row_str(&row, "case", "overcommit");
+        row_str(&row, "mode", mode ? "kv-overcommit" : "reserve");
+        row_int(&row, "clients", clients);
+        row_int(&row, "max_tokens", tokens);
+        row_str(&row, "kv_memory", kv);
+        row_int(&row, "completion_tokens", oc_tokens[mode]);
+        row_num(&row, "wall_s", oc_wall[mode]);
+        row_num(&row, "tokens_per_s", oc_tokens[mode] / oc_wall[mode]);
+        row_num(&row, "preemptions", oc_pre[mode]);
+        if (mode && oc_tokens[0] > 0) {
+            row_num(&row, "ratio_vs", (oc_tokens[1] / oc_wall[1]) / (oc_tokens[0] / oc_wall[0]));
+            row_str(&row, "ratio_of", "reserve tokens_per_s");
+        }
+        row_end(&row, o);
+    }
+    rc = 0;
+    goto done;
+fail:
+    fail_row("preempt", why, o, threads);
+done:
+    nv_tokenizer_free(t);
     rm_tree(su.dir);
     return rc;
 }

@@ -23,6 +23,7 @@ static const struct {
     {"generate", bench_generate, "prefill and decode tokens/s on a stories110M-shaped model, vs the bandwidth bound"},
     {"serve", bench_serve, "tokens/s, TTFT and inter-token latency of a real server with 1, 4, 16 streaming clients"},
     {"spec", bench_spec, "speculative decoding (prompt lookup, or --model-draft): tokens/s with and without drafts on a trained model, acceptance, identical texts"},
+    {"preempt", bench_preempt, "preemption (TTFT of a request of a higher priority while long ones take every slot) and --kv-overcommit (tokens/s of requests ending before max_tokens), each against the server without"},
     {"prefix", bench_prefix, "TTFT of a 2,000-token shared prefix + 50 new tokens: cold, RAM hit, disk hit after a restart"},
     {"rerank", bench_rerank, "/v1/rerank documents/s of 32 documents after one query, with the prefix cache and without"},
     {"grammar", bench_grammar, "constrained decoding: the token mask per JSON state vs asking token by token (-z TOKENIZER)"},

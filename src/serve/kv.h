@@ -8,10 +8,12 @@
  *   full block by (model id, parent hash, tokens) and share it: a shared block is simply
  *   referenced by several block tables (nv_kv_ref), and returns to the free list when its last
  *   reference goes (nv_kv_unref).
- * - Admission never over-commits: a sequence first reserves every block it can ever need
- *   (nv_kv_reserve; refused when the free blocks not already promised are too few) and later
- *   takes them one by one as its positions reach them (nv_kv_alloc, which only hands out
- *   reserved blocks, so it cannot fail). Unused reservations are given back (nv_kv_unreserve).
+ * - Reservations: a sequence first reserves the blocks it will need (nv_kv_reserve; refused when
+ *   the free blocks not already promised are too few; the scheduler reserves every block a
+ *   request can ever need at admission, or with its overcommit the blocks a step will reach
+ *   before the step) and takes them one by one as its positions reach them (nv_kv_alloc, which
+ *   only hands out reserved blocks, so it cannot fail). Unused reservations are given back
+ *   (nv_kv_unreserve).
  * - Cached blocks (the prefix cache's RAM tier, serve/prefix.h): a full block the prefix cache
  *   has indexed is marked cached (nv_kv_set_cached). When its last reference goes it does not
  *   return to the free list but becomes *idle*: still holding its keys and values, on an LRU

@@ -1077,6 +1077,21 @@ static int preemptible(const nv_sched *s, const nv_req *v) {
     return !s->wring && !v->embed && !v->n_score && (!v->plps || v->plp_ready) && v->restore_next >= v->restore_end;
 }
 
+/* Whether requests reserve only what they hold so far (o.overcommit, not on split pages). */
+static int overcommit(const nv_sched *s) { return s->o.overcommit && !s->wring; }
+
+/* The drafts r's decode row may carry this step (before the step's cap on drafts in all): as many as
+ * its acceptance so far makes worthwhile, never more than the tokens it may still produce after this
+ * row's, nor past the context (so within its reservation). */
+static int drafts_for(const nv_sched *s, const nv_req *r) {
+    const int k_max = r->pred.n && s->o.pred_tokens ? s->o.pred_tokens : s->o.spec_tokens;
+    int k = k_max && r->ctx ? nv_spec_len(&r->spec, k_max) : 0;
+    const int left = r->max_tokens - r->n_gen - 1, room = s->model->config.seq_len - 1 - r->pos;
+    if (k > left) k = left;
+    if (k > room) k = room;
+    return k > 0 ? k : 0;
+}
+
 /* The running sequences r may preempt, into s->victims: how many. */
 static int victims_of(nv_sched *s, const nv_req *r) {
     if (s->o.no_preempt || s->stopping) return 0;
@@ -1094,7 +1109,8 @@ static int preempt_for(nv_sched *s, const nv_req *r, int hits, int short_by) {
     qsort(s->victims, (size_t)n, sizeof *s->victims, victim_order);
     const int slots = s->n_running >= s->o.max_batch;
     int k = 0, gain = 0;
-    while (k < n && (k < slots || gain < short_by)) gain += preempt_gain(s, s->victims[k++], r, hits);
+    /* (overcommitted: each victim also takes the block of headroom admission leaves it) */
+    while (k < n && (k < slots || gain < short_by)) gain += preempt_gain(s, s->victims[k++], r, hits) + overcommit(s);
     for (int i = 0; i < k; i++)
         for (int j = 0; j < s->victims[i]->n_alloc; j++) s->held[s->victims[i]->blocks[j]] = 0;
     if (k < slots || gain < short_by) return 0;
@@ -1102,9 +1118,6 @@ static int preempt_for(nv_sched *s, const nv_req *r, int hits, int short_by) {
     for (int i = 0; i < k; i++) went += preempt(s, s->victims[i]);
     return went;
 }
-
-/* Whether requests reserve only what they hold so far (o.overcommit, not on split pages). */
-static int overcommit(const nv_sched *s) { return s->o.overcommit && !s->wring; }
 
 static void admit(nv_sched *s) {
     int B = s->pool.block_size;
@@ -1122,7 +1135,8 @@ static void admit(nv_sched *s) {
         }
         /* the longest cached prefix: RAM first, then the chain goes on from disk */
         int hits = 0, idle_hits = 0, on_disk = 0, ck = -1, shared = 0, wpoint = 0;
-        if (s->prefix_on && !r->plps && !r->embed) { /* a prompt whose rows are read (log-probabilities, embedding) runs in full */
+        /* a prompt whose rows are read (log-probabilities until whole, embedding) runs in full */
+        if (s->prefix_on && (!r->plps || r->plp_ready) && !r->embed) {
             for (; hits < r->n_lookup; hits++) {
                 int32_t b = nv_prefix_find(&s->prefix, r->hashes[hits], chain_parent(r, hits), fill_tokens(r) + hits * B);
                 if (b < 0) break;
@@ -1199,7 +1213,7 @@ static void admit(nv_sched *s) {
         r->restore_shared = wpoint ? hits : 0;
         r->wrestore_next = r->wrestore_end = 0;
         if (wpoint) r->wrestore_next = r->wvalid_from = window_block(s, (long)wpoint * B), r->wrestore_end = wpoint;
-        if (s->prefix_on && !r->plps && !r->embed) {
+        if (s->prefix_on && (!r->plps || r->plp_ready) && !r->embed) {
             /* a shared block whose file was dropped or evicted gets another chance at the SSD tier */
             for (int k = 0; s->disk && k < hits; k++)
                 if (!nv_disk_known(s->disk, r->hashes[k])) disk_write(s, r->blocks[k], r->hashes[k], chain_parent(r, k));
@@ -1212,10 +1226,11 @@ static void admit(nv_sched *s) {
 }
 
 /* An overcommitted pool (o.overcommit): reserves the blocks each decoding sequence may reach this step
- * (its decode row and the most drafts it may take) beyond those it holds and has reserved, the
- * highest-ranked first; where the pool is short, the lowest-ranked running sequences go back to the
- * queue (preempt), the one growing itself when it is the lowest, so the highest-ranked always goes
- * on. One that finds nothing it may preempt sits the step out (stalled). Lock held. */
+ * (its decode row and its drafts) beyond those it holds and has reserved, the highest-ranked first;
+ * where the pool is short, the lowest-ranked running sequences go back to the queue (preempt), the
+ * one growing itself when it is the lowest of several. One that finds nothing it may preempt (those
+ * below it still prefilling with rows that are read, or blocks the SSD writer still holds) sits the
+ * step out (stalled): the higher-ranked never go for the lower. Lock held. */
 static void grow(nv_sched *s) {
     if (!overcommit(s)) return;
     const int n = s->n_running, B = s->pool.block_size;
@@ -1227,8 +1242,7 @@ static void grow(nv_sched *s) {
         if (!r) continue; /* preempted by a sequence before it */
         r->stalled = 0;
         if (r->pos < fill_end(r) || r->restore_next < r->restore_end) continue; /* its prompt was reserved whole */
-        const int k_max = !r->ctx ? 0 : r->pred.n && s->o.pred_tokens ? s->o.pred_tokens : s->o.spec_tokens;
-        long reach = (long)r->pos + 1 + k_max;
+        long reach = (long)r->pos + 1 + drafts_for(s, r);
         if (reach > (long)r->blocks_needed * B) reach = (long)r->blocks_needed * B;
         const int want = (int)((reach + B - 1) / B) - r->n_alloc - r->reserved;
         while (want > 0) {
@@ -1236,9 +1250,9 @@ static void grow(nv_sched *s) {
                 r->reserved += want;
                 break;
             }
-            int j = n - 1;
-            while (j > i && !(order[j] && preemptible(s, order[j]))) j--;
-            nv_req *v = j > i ? order[j] : preemptible(s, r) ? r : NULL;
+            int j = n - 1, below = 0;
+            for (; j > i && !(order[j] && preemptible(s, order[j])); j--) below |= order[j] != NULL;
+            nv_req *v = j > i ? order[j] : !below && i > 0 && preemptible(s, r) ? r : NULL;
             if (!v || !preempt(s, v)) {
                 r->stalled = 1;
                 break;
@@ -1395,13 +1409,7 @@ static int plan_step(nv_sched *s) {
             q.tokens = &r->last;
             q.logits = 1;
             r->pred_step = 0;
-            /* drafts: never more than the tokens the request may still produce after this row's,
-             * nor past the context (so within the reservation) */
-            const int k_max = r->pred.n && s->o.pred_tokens ? s->o.pred_tokens : s->o.spec_tokens;
-            int k = k_max && r->ctx ? nv_spec_len(&r->spec, k_max) : 0;
-            const int left = r->max_tokens - r->n_gen - 1, room = s->model->config.seq_len - 1 - r->pos;
-            if (k > left) k = left;
-            if (k > room) k = room;
+            int k = drafts_for(s, r);
             if (k > drafts_left) k = drafts_left;
             r->spec_k = k > 0 ? k : 0;
             drafts_left -= r->spec_k;
@@ -1418,7 +1426,7 @@ static int plan_step(nv_sched *s) {
             if (r->wblocks) ring_take(s, r, r->n_alloc);
             r->blocks[r->n_alloc++] = b;
         }
-        if ((long)r->n_alloc * B < reach) { /* cannot happen: admission reserved every block */
+        if ((long)r->n_alloc * B < reach) { /* cannot happen: admission (and grow) reserved every block */
             nv_log(NV_LOG_WARN, "serve: a sequence outgrew its KV reservation");
             remove_running(s, i--);
             retire(s, r, NV_FINISH_ERROR);
@@ -1953,7 +1961,10 @@ static void *sched_loop(void *arg) {
             continue;
         }
         int n = plan_step(s);
-        if (n == 0) continue;
+        if (n == 0) { /* every sequence waits (reading from disk, or stalled): the lock goes a moment */
+            cond_wait_s(&s->cv, &s->mu, 0.002);
+            continue;
+        }
         pthread_mutex_unlock(&s->mu);
 
         draft_rows(s, n);

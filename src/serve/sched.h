@@ -9,7 +9,9 @@
  * - Every iteration the loop (1) retires cancelled, timed-out and (when stopping) shut-down
  *   requests, (2) admits queued requests in queue order while fewer than max_batch run and
  *   the KV pool can *reserve* every block the request may ever need — ceil((prompt + max_tokens
- *   - 1) / block_size) — so memory is never over-committed; the head of the queue waits when it
+ *   - 1) / block_size) — so memory is never over-committed (o.overcommit: only its prompt's, a
+ *   decoding sequence then reserving its next blocks before each step, grow(), preempting the
+ *   lowest-ranked where the pool is short); the head of the queue waits when it
  *   does not fit (no overtaking, so no starvation among equal priorities; a stream of higher
  *   priorities can hold lower ones back), unless preempting running sequences it outranks makes
  *   the room (o.no_preempt): those go back to the queue with their state, their blocks to the
@@ -50,7 +52,8 @@
  *   penalties and grammar), and the next row is used only while the token sampled equals the
  *   draft it was fed: every draft the model agrees with is a step saved, and the text, the
  *   log-probabilities and the random draws are those of decoding without drafts. A draft is never
- *   longer than the tokens the request may still produce, so the reservation holds; the keys and
+ *   longer than the tokens the request may still produce, so the reservation holds (overcommitted:
+ *   grow reserves its blocks before the step); the keys and
  *   values the refused drafts wrote lie past the sequence's position and are written again.
  * - A request's prediction (OpenAI's Predicted Outputs; pred_tokens > 0): drafts taken from the
  *   predicted answer where the answer follows it, checked the same way, whatever spec_tokens is;
