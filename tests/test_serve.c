@@ -2647,7 +2647,7 @@ static void test_preemption(void) {
     /* room that only preempting two sequences makes, one block of it shared by the two (their common
        prompt's): 6 blocks of 16 positions, two running ones of 2 blocks each, sharing their first; one
        that needs all 6 preempts both */
-    if (!server_start(&s, "preempt-shared", "--kv-memory 60K --max-batch 3 --scheduling-policy priority", "NERVE_TEST_STEP_DELAY_MS=40")) {
+    if (!server_start(&s, "preempt-shared", "--kv-memory 60K --max-batch 3 --scheduling-policy priority", "NERVE_TEST_STEP_DELAY_MS=60")) {
         T_CHECK(0, "server did not start");
         return;
     }
@@ -2696,7 +2696,8 @@ static void test_preemption(void) {
  * they give alone. */
 static void test_kv_overcommit(void) {
     server s;
-    if (!server_start(&s, "overcommit", "--kv-memory 30K --max-batch 2 --kv-overcommit --scheduling-policy priority",
+    /* (with drafts: a decode row's drafts take only the room the pool has without preempting) */
+    if (!server_start(&s, "overcommit", "--kv-memory 30K --max-batch 2 --kv-overcommit --scheduling-policy priority --spec-tokens 4",
                       "NERVE_TEST_STEP_DELAY_MS=40")) {
         T_CHECK(0, "server did not start");
         return;
@@ -2732,6 +2733,28 @@ static void test_kv_overcommit(void) {
     T_CHECK(preempt_pair(s.port, &low, &high, 700) && !strcmp(low.res.text, alone.text) &&
                 metric(s.port, "nerve_preemptions_total") == before + 1,
             "the whole pool's prompt waited (%g preemptions)", metric(s.port, "nerve_preemptions_total") - before);
+    T_CHECK(server_stop(&s) == 0, "server did not exit 0");
+
+    /* the earlier sequence needs a block while a later one, still prefilling its 40-token prompt a row a
+       step, holds the rest of the pool (5 blocks): the later one goes back, the earlier goes on */
+    /* (no SSD tier: the prompt's blocks from the case above are not found there) */
+    if (!server_start(&s, "overcommit-lower", "--kv-memory 50K --max-batch 2 --kv-overcommit --prefill-chunk 1 --kv-disk-cache 0",
+                      "NERVE_TEST_STEP_DELAY_MS=40")) {
+        T_CHECK(0, "server did not start");
+        return;
+    }
+    static const char *prefilling = "{\"prompt\":\"Once upon a time, there was a little girl named Lily. She loved to play. Once upon a "
+                                    "time, there was a little girl named Lily. She loved to play\",\"max_tokens\":4,\"temperature\":0}";
+    preempt_job earlier = {.body = body}, later = {.body = prefilling};
+    pthread_t te, tl;
+    T_CHECK(preempt_start(s.port, &earlier, &later, 30, &te, &tl), "the earlier did not start");
+    pthread_join(te, NULL);
+    pthread_join(tl, NULL);
+    result alone_long; /* (afterwards: run first, its prompt's blocks would be in the cache) */
+    complete(s.port, 0, NULL, prefilling, &alone_long);
+    T_CHECK(earlier.res.status == 200 && !strcmp(earlier.res.text, alone.text) && later.res.status == 200 &&
+                !strcmp(later.res.text, alone_long.text) && earlier.t_done < later.t_done && metric(s.port, "nerve_preemptions_total") == 1,
+            "the earlier one waited for the later (%g preemptions)", metric(s.port, "nerve_preemptions_total"));
     T_CHECK(server_stop(&s) == 0, "server did not exit 0");
 }
 

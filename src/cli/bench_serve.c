@@ -942,8 +942,8 @@ static int run_priority(const setup *su, const bench_opts *o, int tokens, int pr
     return 1;
 }
 
-/* The case `overcommit`: n requests at once, each asking max_tokens `tokens` but ending on average
- * after about an eighth of them (the EOS token's logit raised), on a KV pool that holds two requests'
+/* The case `overcommit`: n requests at once, each asking max_tokens `tokens` but ending well before
+ * (the EOS token's logit raised: an eighth of them on flat logits), on a KV pool that holds two requests'
  * prompt and max_tokens: the wall time and tokens/s, reserving every request's room or overcommitting. */
 static int run_overcommit(const setup *su, const bench_opts *o, int n, int tokens, const char *kv, const char *head,
                           int overcommit, long *out_tokens, double *wall, double *preemptions, char *why, size_t cap) {
@@ -1004,6 +1004,10 @@ int bench_preempt(int argc, char **argv, const bench_opts *o) {
         return 1;
     }
     if (tokens + 17 > mc.seq_len) tokens = mc.seq_len - 17; /* (a given model's context) */
+    if (tokens < 32 || nv_tokenizer_eos(t) < 0) {
+        snprintf(why, sizeof why, tokens < 32 ? "the model's context of %d is too short" : "the tokenizer has no EOS token", mc.seq_len);
+        goto fail;
+    }
     const char *model_name = model ? model : o->quick ? "stories260K" : "stories110M";
     priority_run pr[2] = {{0}};
     long oc_tokens[2] = {0};

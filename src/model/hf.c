@@ -964,7 +964,10 @@ static int is_type(const cJSON *o, const char *type) {
 /* A byte-level tokenizer's normalizer: none, or Unicode NFC (Qwen2/Qwen3's), which sets *nfc. */
 static nv_err byte_level_norm(const char *path, const cJSON *norm, int *nfc) {
     *nfc = 0;
-    if (absent(norm)) return NV_OK;
+    /* (an empty Sequence is none: DeepSeek-V3's) */
+    if (absent(norm) || (is_type(norm, "Sequence") && cJSON_IsArray(field(norm, "normalizers")) &&
+                         cJSON_GetArraySize(field(norm, "normalizers")) == 0))
+        return NV_OK;
     const cJSON *only = norm;
     if (is_type(norm, "Sequence") && cJSON_GetArraySize(field(norm, "normalizers")) == 1)
         only = cJSON_GetArrayItem(field(norm, "normalizers"), 0);

@@ -172,7 +172,7 @@ char *nv_metrics_render(nv_metrics *m, const nv_metrics_gauges *g) {
     put_one(&b, "nerve_spec_accepted_tokens_total", "counter",
             "Draft tokens the model agreed with (each one a decode step saved).", m->spec_accepted);
     put_one(&b, "nerve_preemptions_total", "counter",
-            "Running sequences sent back to the queue for a request that outranked them (their positions computed again).",
+            "Running sequences sent back to the queue (for a request that outranked them, or for room under --kv-overcommit).",
             m->preemptions);
     put_hist(&b, "nerve_time_to_first_token_seconds", "From arrival to the first generated token.", &m->ttft);
     put_hist(&b, "nerve_inter_token_latency_seconds", "Between consecutive generated tokens of a sequence.", &m->itl);

@@ -102,7 +102,7 @@ void nv_metrics_ttft(nv_metrics *m, double s);
 void nv_metrics_itl(nv_metrics *m, double s);
 void nv_metrics_step(nv_metrics *m, int rows);
 void nv_metrics_grammar(nv_metrics *m, unsigned long tokens, unsigned long masks, double mask_s);
-/* A running sequence went back to the queue (a request it made way for outranked it). */
+/* A running sequence went back to the queue (for a request that outranked it, or for room). */
 void nv_metrics_preempted(nv_metrics *m);
 /* One step's speculative decoding: drafts checked (sequences), tokens proposed and accepted. */
 void nv_metrics_spec(nv_metrics *m, unsigned long steps, unsigned long drafted, unsigned long accepted);

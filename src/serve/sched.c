@@ -1225,12 +1225,14 @@ static void admit(nv_sched *s) {
     }
 }
 
-/* An overcommitted pool (o.overcommit): reserves the blocks each decoding sequence may reach this step
- * (its decode row and its drafts) beyond those it holds and has reserved, the highest-ranked first;
- * where the pool is short, the lowest-ranked running sequences go back to the queue (preempt), the
- * one growing itself when it is the lowest of several. One that finds nothing it may preempt (those
- * below it still prefilling with rows that are read, or blocks the SSD writer still holds) sits the
- * step out (stalled): the higher-ranked never go for the lower. Lock held. */
+/* An overcommitted pool (o.overcommit), before each step, the highest-ranked first: each decoding
+ * sequence reserves the block its decode row reaches beyond those it holds and has reserved, and, where
+ * the pool has them without preempting anyone, its drafts' (plan_step takes no more drafts than it
+ * holds room for). Where the pool is short, sequences ranked below it go back to the queue (preempt),
+ * the lowest first, as few as free the block (counted as preempt_for counts them); the growing one
+ * itself when it is the lowest of several. One that can free nothing so (those below it still
+ * prefilling a prompt whose rows are read, or their blocks still held by the SSD writer) sits the
+ * step out (stalled). A sequence never preempts one ranked above it. Lock held. */
 static void grow(nv_sched *s) {
     if (!overcommit(s)) return;
     const int n = s->n_running, B = s->pool.block_size;
@@ -1242,24 +1244,34 @@ static void grow(nv_sched *s) {
         if (!r) continue; /* preempted by a sequence before it */
         r->stalled = 0;
         if (r->pos < fill_end(r) || r->restore_next < r->restore_end) continue; /* its prompt was reserved whole */
-        long reach = (long)r->pos + 1 + drafts_for(s, r);
-        if (reach > (long)r->blocks_needed * B) reach = (long)r->blocks_needed * B;
-        const int want = (int)((reach + B - 1) / B) - r->n_alloc - r->reserved;
-        while (want > 0) {
-            if (nv_kv_reserve(&s->pool, want)) {
-                r->reserved += want;
-                break;
+        const long held = (long)(r->n_alloc + r->reserved) * B;
+        if (held < (long)r->pos + 1) { /* the decode row's block */
+            const int short_by = 1 - (nv_kv_available(&s->pool) > 0);
+            int gain = 0, last = n, lower = 0;
+            for (int j = n - 1; j > i; j--) {
+                if (!order[j]) continue;
+                lower = 1;
+                if (gain < short_by && preemptible(s, order[j])) gain += preempt_gain(s, order[j], r, 0), last = j;
             }
-            int j = n - 1, below = 0;
-            for (; j > i && !(order[j] && preemptible(s, order[j])); j--) below |= order[j] != NULL;
-            nv_req *v = j > i ? order[j] : !below && i > 0 && preemptible(s, r) ? r : NULL;
-            if (!v || !preempt(s, v)) {
+            for (int j = n - 1; j >= last; j--)
+                if (order[j] && preemptible(s, order[j]))
+                    for (int k = 0; k < order[j]->n_alloc; k++) s->held[order[j]->blocks[k]] = 0;
+            if (short_by > 0 && gain >= short_by) {
+                for (int j = n - 1; j >= last; j--)
+                    if (order[j] && preemptible(s, order[j]) && preempt(s, order[j])) order[j] = NULL;
+            } else if (short_by > 0 && !lower && i > 0 && preemptible(s, r) && preempt(s, r)) {
+                continue; /* the lowest of several: it waits in the queue now */
+            }
+            if (!nv_kv_reserve(&s->pool, 1)) {
                 r->stalled = 1;
-                break;
+                continue;
             }
-            if (v == r) break; /* it waits in the queue now */
-            order[j] = NULL;
+            r->reserved++;
         }
+        /* its drafts' blocks, where the pool has them */
+        const long reach = (long)r->pos + 1 + drafts_for(s, r);
+        const int extra = (int)((reach + B - 1) / B) - r->n_alloc - r->reserved;
+        if (extra > 0 && nv_kv_reserve(&s->pool, extra)) r->reserved += extra;
     }
 }
 
@@ -1411,6 +1423,8 @@ static int plan_step(nv_sched *s) {
             r->pred_step = 0;
             int k = drafts_for(s, r);
             if (k > drafts_left) k = drafts_left;
+            if (overcommit(s) && k > (r->n_alloc + r->reserved) * B - r->pos - 1) /* (the room grow found for them) */
+                k = (r->n_alloc + r->reserved) * B - r->pos - 1;
             r->spec_k = k > 0 ? k : 0;
             drafts_left -= r->spec_k;
         }

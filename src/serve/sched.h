@@ -14,7 +14,7 @@
  *   lowest-ranked where the pool is short); the head of the queue waits when it
  *   does not fit (no overtaking, so no starvation among equal priorities; a stream of higher
  *   priorities can hold lower ones back), unless preempting running sequences it outranks makes
- *   the room (o.no_preempt): those go back to the queue with their state, their blocks to the
+ *   the room (unless o.no_preempt): those go back to the queue with their state, their blocks to the
  *   prefix cache, and when admitted again compute what the cache no longer holds of their
  *   positions (the same tokens as without the preemption), (3) runs one
  *   batched forward (model/batch.h) over every running sequence: one decode row each, plus
@@ -275,10 +275,11 @@ typedef struct {
     /* LoRA adapters a request may name (NULL: none); kept unmerged, so one step serves sequences
      * of several adapters and of the base model; must outlive the scheduler */
     nv_adapters *adapters;
-    /* 1: nothing is preempted. Otherwise a request at the head of the queue that finds no slot or no
-     * room preempts running sequences it outranks (an interactive request a background one, a lower
-     * priority value a higher one), the lowest-ranked first, when that makes the room (not on split
-     * pages, nor sequences whose prompt rows are read: embeddings, scores, prompt log-probabilities) */
+    /* 1: no request is admitted by preempting others (overcommit's growth still preempts). Otherwise
+     * a request at the head of the queue that finds no slot or no room preempts running sequences it
+     * outranks (an interactive request a background one, a lower priority value a higher one), the
+     * lowest-ranked first, when that makes the room (not on split pages, nor sequences whose prompt
+     * rows are read: embeddings, scores, prompt log-probabilities until whole) */
     int no_preempt;
     /* 1: a request is admitted when the blocks of its prompt (and its first answer position) fit, not
      * every block its max_tokens may take; a decoding sequence reserves its next blocks as it reaches
