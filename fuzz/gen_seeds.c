@@ -382,7 +382,7 @@ static void hf(void) {
     free(lp);
     nv_model_free(&m);
     /* the byte-level and the byte-fallback tokenizer.json forms, over the tokenizer seeds' vocabularies */
-    const char *vocabs[] = {"bpe_qwen2.gguf", "bpe_llama3.gguf", "bytes_and_merges.bin"};
+    const char *vocabs[] = {"bpe_qwen2.gguf", "bpe_llama3.gguf", "bytes_and_merges.bin", "bpe_deepseek_coder.gguf"};
     for (size_t i = 0; i < sizeof vocabs / sizeof vocabs[0]; i++) {
         char vp[4200];
         snprintf(vp, sizeof vp, "%s", seed_path("tokenizer", vocabs[i]));
