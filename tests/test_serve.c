@@ -2459,70 +2459,14 @@ static void test_slots(void) {
     T_CHECK(server_stop(&s) == 0, "server did not exit 0");
 }
 
-/* vLLM's priority: of two requests waiting for the only sequence, the one of lower priority value
- * runs first, whatever their order of arrival. */
-typedef struct {
-    int port, priority, status;
-    double t_done;
-} prio_job;
-
-static void *run_priority_job(void *arg) {
-    prio_job *j = arg;
-    char body[160];
-    snprintf(body, sizeof body, "{\"prompt\":\"Once\",\"max_tokens\":3,\"temperature\":0,\"priority\":%d}", j->priority);
-    result res;
-    complete(j->port, 0, NULL, body, &res);
-    j->status = res.status;
-    j->t_done = now_s();
-    return NULL;
-}
-
-static void test_priority_order(void) {
-    server s;
-    if (!server_start(&s, "priority", "--kv-memory 30K --max-batch 1 --max-queue 4 --scheduling-policy priority", "NERVE_TEST_STEP_DELAY_MS=40")) {
-        T_CHECK(0, "server did not start");
-        return;
-    }
-    const int port = s.port;
-    /* (the first outranks them all: none preempts it) */
-    const int fd1 = open_stream(port, "{\"prompt\":\"Once upon a time\",\"max_tokens\":20,\"temperature\":0,\"stream\":true,\"priority\":-10}");
-    T_CHECK(fd1 >= 0 && wait_metric(port, "nerve_running_sequences", 1), "the first request did not start");
-    prio_job later = {.port = port, .priority = 0}, sooner = {.port = port, .priority = -5}, last = {.port = port, .priority = 0};
-    pthread_t t_later, t_sooner, t_last;
-    pthread_create(&t_later, NULL, run_priority_job, &later);
-    T_CHECK(wait_metric(port, "nerve_queue_depth", 1), "the second request is not queued");
-    pthread_create(&t_sooner, NULL, run_priority_job, &sooner);
-    T_CHECK(wait_metric(port, "nerve_queue_depth", 2), "the third request is not queued");
-    pthread_create(&t_last, NULL, run_priority_job, &last);
-    T_CHECK(wait_metric(port, "nerve_queue_depth", 3), "the fourth request is not queued");
-    if (fd1 >= 0) close(fd1); /* the first goes: the queue runs */
-    pthread_join(t_later, NULL);
-    pthread_join(t_sooner, NULL);
-    pthread_join(t_last, NULL);
-    T_CHECK(later.status == 200 && sooner.status == 200 && sooner.t_done < later.t_done,
-            "priority -5 (arrived second) done at %.3f, priority 0 at %.3f", sooner.t_done, later.t_done);
-    T_CHECK(last.status == 200 && later.t_done < last.t_done, "equal priorities out of their order: %.3f, %.3f", later.t_done,
-            last.t_done);
-    /* truncate_prompt_tokens -1: a prompt past this pool's 48 positions keeps what it holds */
-    char body[1200] = "{\"prompt\":\"";
-    for (int i = 0; i < 60; i++) strcat(body, "dog ");
-    strcat(body, "\",\"max_tokens\":1,\"truncate_prompt_tokens\":-1}");
-    result cut;
-    complete(port, 0, NULL, body, &cut);
-    T_CHECK(cut.status == 200 && cut.prompt_tokens == 48, "truncate_prompt_tokens -1: %d, %d prompt tokens", cut.status, cut.prompt_tokens);
-    T_CHECK(server_stop(&s) == 0, "server did not exit 0");
-}
-
-/* Preemption: a request that outranks a running one and finds no room (no sequence free, or not
- * enough KV blocks) sends it back to the queue; it goes on once the other has finished and its
- * answer is the one it gives alone (greedy or seeded), its positions computed again. */
+/* A request run from a thread: its result, when it ended. */
 typedef struct {
     int port;
     const char *body;
     result res;
     double t_done;
     char *choice; /* its choice as JSON (text, log-probabilities, finish), when the body is not streamed */
-} preempt_job;
+} req_job;
 
 /* A completion's first choice as JSON (the caller frees it), or NULL. */
 static char *choice_of(int port, const char *body) {
@@ -2537,26 +2481,69 @@ static char *choice_of(int port, const char *body) {
     return out;
 }
 
-static void *run_preempt_job(void *arg) {
-    preempt_job *j = arg;
+static void *run_req_job(void *arg) {
+    req_job *j = arg;
     if (strstr(j->body, "\"logprobs\"")) j->choice = choice_of(j->port, j->body);
     else complete(j->port, 0, NULL, j->body, &j->res);
     j->t_done = now_s();
     return NULL;
 }
 
+/* vLLM's priority: of two requests waiting for the only sequence, the one of lower priority value
+ * runs first, whatever their order of arrival. */
+static void test_priority_order(void) {
+    server s;
+    if (!server_start(&s, "priority", "--kv-memory 30K --max-batch 1 --max-queue 4 --scheduling-policy priority", "NERVE_TEST_STEP_DELAY_MS=40")) {
+        T_CHECK(0, "server did not start");
+        return;
+    }
+    const int port = s.port;
+    /* (the first outranks them all: none preempts it) */
+    const int fd1 = open_stream(port, "{\"prompt\":\"Once upon a time\",\"max_tokens\":20,\"temperature\":0,\"stream\":true,\"priority\":-10}");
+    T_CHECK(fd1 >= 0 && wait_metric(port, "nerve_running_sequences", 1), "the first request did not start");
+    static const char *p0 = "{\"prompt\":\"Once\",\"max_tokens\":3,\"temperature\":0,\"priority\":0}",
+                      *p5 = "{\"prompt\":\"Once\",\"max_tokens\":3,\"temperature\":0,\"priority\":-5}";
+    req_job later = {.port = port, .body = p0}, sooner = {.port = port, .body = p5}, last = {.port = port, .body = p0};
+    pthread_t t_later, t_sooner, t_last;
+    pthread_create(&t_later, NULL, run_req_job, &later);
+    T_CHECK(wait_metric(port, "nerve_queue_depth", 1), "the second request is not queued");
+    pthread_create(&t_sooner, NULL, run_req_job, &sooner);
+    T_CHECK(wait_metric(port, "nerve_queue_depth", 2), "the third request is not queued");
+    pthread_create(&t_last, NULL, run_req_job, &last);
+    T_CHECK(wait_metric(port, "nerve_queue_depth", 3), "the fourth request is not queued");
+    if (fd1 >= 0) close(fd1); /* the first goes: the queue runs */
+    pthread_join(t_later, NULL);
+    pthread_join(t_sooner, NULL);
+    pthread_join(t_last, NULL);
+    T_CHECK(later.res.status == 200 && sooner.res.status == 200 && sooner.t_done < later.t_done,
+            "priority -5 (arrived second) done at %.3f, priority 0 at %.3f", sooner.t_done, later.t_done);
+    T_CHECK(last.res.status == 200 && later.t_done < last.t_done, "equal priorities out of their order: %.3f, %.3f", later.t_done,
+            last.t_done);
+    /* truncate_prompt_tokens -1: a prompt past this pool's 48 positions keeps what it holds */
+    char body[1200] = "{\"prompt\":\"";
+    for (int i = 0; i < 60; i++) strcat(body, "dog ");
+    strcat(body, "\",\"max_tokens\":1,\"truncate_prompt_tokens\":-1}");
+    result cut;
+    complete(port, 0, NULL, body, &cut);
+    T_CHECK(cut.status == 200 && cut.prompt_tokens == 48, "truncate_prompt_tokens -1: %d, %d prompt tokens", cut.status, cut.prompt_tokens);
+    T_CHECK(server_stop(&s) == 0, "server did not exit 0");
+}
+
+/* Preemption: a request that outranks a running one and finds no room (no sequence free, or not
+ * enough KV blocks) sends it back to the queue; it goes on once the other has finished and its
+ * answer is the one it gives alone (greedy or seeded), its positions computed again. */
 /* Starts low, then (once it has run `after_ms`) high beside it; 0 when low did not start. */
-static int preempt_start(int port, preempt_job *low, preempt_job *high, int after_ms, pthread_t *tl, pthread_t *th) {
+static int preempt_start(int port, req_job *low, req_job *high, int after_ms, pthread_t *tl, pthread_t *th) {
     low->port = high->port = port;
-    pthread_create(tl, NULL, run_preempt_job, low);
+    pthread_create(tl, NULL, run_req_job, low);
     int ok = wait_metric(port, "nerve_running_sequences", 1);
     sleep_ms(after_ms);
-    pthread_create(th, NULL, run_preempt_job, high);
+    pthread_create(th, NULL, run_req_job, high);
     return ok;
 }
 
 /* Runs low, then high beside it (preempt_start); 1 when high finished first. */
-static int preempt_pair(int port, preempt_job *low, preempt_job *high, int after_ms) {
+static int preempt_pair(int port, req_job *low, req_job *high, int after_ms) {
     pthread_t tl, th;
     int ok = preempt_start(port, low, high, after_ms, &tl, &th);
     pthread_join(th, NULL);
@@ -2587,7 +2574,7 @@ static void test_preemption(void) {
     const char *low_bodies[2] = {greedy, seeded};
     const result *alone[2] = {&alone_greedy, &alone_seeded};
     for (int k = 0; k < 2; k++) {
-        preempt_job low = {.body = low_bodies[k]}, high = {.body = urgent};
+        req_job low = {.body = low_bodies[k]}, high = {.body = urgent};
         T_CHECK(preempt_pair(port, &low, &high, 400), "%s: priority -1 was not done first", k ? "seeded" : "greedy");
         T_CHECK(!strcmp(low.res.text, alone[k]->text) && low.res.completion_tokens == alone[k]->completion_tokens,
                 "%s: the preempted answer differs from its own alone:\n    %s\n    %s", k ? "seeded" : "greedy", low.res.text,
@@ -2595,7 +2582,7 @@ static void test_preemption(void) {
         T_CHECK(metric(port, "nerve_preemptions_total") == k + 1, "%g preemptions", metric(port, "nerve_preemptions_total"));
     }
     /* an equal priority waits its turn */
-    preempt_job low = {.body = greedy}, same = {.body = equal};
+    req_job low = {.body = greedy}, same = {.body = equal};
     T_CHECK(!preempt_pair(port, &low, &same, 400) && same.res.status == 200 && same.t_done > low.t_done &&
                 !strcmp(low.res.text, alone_greedy.text),
             "an equal priority went first (%d, %d)", low.res.status, same.res.status);
@@ -2605,7 +2592,7 @@ static void test_preemption(void) {
        (within the 5 s a drain gives: some 60 steps of 15 ms in all) */
     result alone_short;
     complete(port, 0, NULL, fits, &alone_short);
-    preempt_job low4 = {.body = fits}, high4 = {.body = "{\"prompt\":\"The dog\",\"max_tokens\":20,\"priority\":-1}"};
+    req_job low4 = {.body = fits}, high4 = {.body = "{\"prompt\":\"The dog\",\"max_tokens\":20,\"priority\":-1}"};
     pthread_t tl, th;
     T_CHECK(preempt_start(port, &low4, &high4, 200, &tl, &th) && wait_metric(port, "nerve_preemptions_total", 3),
             "no preemption before the SIGTERM");
@@ -2627,7 +2614,7 @@ static void test_preemption(void) {
     static const char *big = "{\"prompt\":\"The dog\",\"max_tokens\":30,\"temperature\":0,\"priority\":-1}";
     result ref;
     complete(port, 0, NULL, fits, &ref);
-    preempt_job low2 = {.body = fits}, high2 = {.body = big};
+    req_job low2 = {.body = fits}, high2 = {.body = big};
     pthread_t t_low2, t_high2;
     T_CHECK(preempt_start(port, &low2, &high2, 150, &t_low2, &t_high2) && wait_metric(port, "nerve_preemptions_total", 1),
             "the KV room was not made");
@@ -2660,14 +2647,14 @@ static void test_preemption(void) {
     T_CHECK(wait_metric(s.port, "nerve_kv_blocks_in_use", 0), "blocks in use");
     {
         /* (the first's blocks stay idle in the cache from the run alone: the two share them) */
-        preempt_job t1 = {.port = s.port, .body = twin}, t2 = {.port = s.port, .body = twin}, big = {.port = s.port, .body = whole};
+        req_job t1 = {.port = s.port, .body = twin}, t2 = {.port = s.port, .body = twin}, big = {.port = s.port, .body = whole};
         pthread_t a, b, c;
-        pthread_create(&a, NULL, run_preempt_job, &t1);
+        pthread_create(&a, NULL, run_req_job, &t1);
         T_CHECK(wait_metric(s.port, "nerve_running_sequences", 1), "the first did not start");
-        pthread_create(&b, NULL, run_preempt_job, &t2);
+        pthread_create(&b, NULL, run_req_job, &t2);
         T_CHECK(wait_metric(s.port, "nerve_running_sequences", 2), "the second did not start");
         sleep_ms(60);
-        pthread_create(&c, NULL, run_preempt_job, &big);
+        pthread_create(&c, NULL, run_req_job, &big);
         pthread_join(c, NULL);
         pthread_join(a, NULL);
         pthread_join(b, NULL);
@@ -2683,7 +2670,7 @@ static void test_preemption(void) {
         T_CHECK(0, "server did not start");
         return;
     }
-    preempt_job low3 = {.body = greedy}, high3 = {.body = urgent};
+    req_job low3 = {.body = greedy}, high3 = {.body = urgent};
     T_CHECK(!preempt_pair(s.port, &low3, &high3, 400) && high3.res.status == 200 && high3.t_done > low3.t_done,
             "--no-preemption: the running request was overtaken");
     T_CHECK(metric(s.port, "nerve_preemptions_total") == 0, "--no-preemption preempted");
@@ -2708,7 +2695,7 @@ static void test_kv_overcommit(void) {
     result alone;
     complete(s.port, 0, NULL, body, &alone);
     char *alone_choice = choice_of(s.port, seeded);
-    preempt_job first = {.body = body}, second = {.body = seeded};
+    req_job first = {.body = body}, second = {.body = seeded};
     pthread_t t1, t2;
     T_CHECK(preempt_start(s.port, &first, &second, 30, &t1, &t2) && wait_metric(s.port, "nerve_running_sequences", 2),
             "the two did not run at once");
@@ -2727,7 +2714,7 @@ static void test_kv_overcommit(void) {
     /* a higher priority whose prompt needs the whole pool while a lower one holds two blocks of it: the
        lower one's block of headroom counts as room its preemption makes */
     const double before = metric(s.port, "nerve_preemptions_total");
-    preempt_job low = {.body = "{\"prompt\":\"Once upon a time\",\"max_tokens\":40,\"temperature\":0,\"ignore_eos\":true,\"priority\":3}"},
+    req_job low = {.body = "{\"prompt\":\"Once upon a time\",\"max_tokens\":40,\"temperature\":0,\"ignore_eos\":true,\"priority\":3}"},
                 high = {.body = "{\"prompt\":\"Once upon a time, there was a little girl named Lily. She loved to play. Once upon a time, "
                                 "there was a little girl named Lily. She loved to play\",\"max_tokens\":4,\"priority\":-1}"};
     T_CHECK(preempt_pair(s.port, &low, &high, 700) && !strcmp(low.res.text, alone.text) &&
@@ -2745,7 +2732,7 @@ static void test_kv_overcommit(void) {
     }
     static const char *prefilling = "{\"prompt\":\"Once upon a time, there was a little girl named Lily. She loved to play. Once upon a "
                                     "time, there was a little girl named Lily. She loved to play\",\"max_tokens\":4,\"temperature\":0}";
-    preempt_job earlier = {.body = body}, later = {.body = prefilling};
+    req_job earlier = {.body = body}, later = {.body = prefilling};
     pthread_t te, tl;
     T_CHECK(preempt_start(s.port, &earlier, &later, 30, &te, &tl), "the earlier did not start");
     pthread_join(te, NULL);

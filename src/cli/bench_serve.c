@@ -477,6 +477,34 @@ static void *client_main(void *arg) {
     return NULL;
 }
 
+/* n clients (client_main) started together: the wall time until the last ends, and whether every
+ * request succeeded. */
+typedef struct {
+    client_job *jobs;
+    int n, ok;
+    double wall;
+} clients_run;
+
+static void *run_clients(void *arg) {
+    clients_run *cr = arg;
+    pthread_t *th = calloc((size_t)cr->n, sizeof *th);
+    cr->ok = th != NULL;
+    double t0 = nv_now();
+    for (int c = 0; th && c < cr->n; c++) pthread_create(&th[c], NULL, client_main, &cr->jobs[c]);
+    for (int c = 0; th && c < cr->n; c++) pthread_join(th[c], NULL), cr->ok &= cr->jobs[c].ok;
+    cr->wall = nv_now() - t0;
+    free(th);
+    return NULL;
+}
+
+/* The clients' results, freed. */
+static void free_clients(client_job *jobs, int n) {
+    for (int c = 0; c < n; c++) {
+        for (int i = 0; i < jobs[c].requests; i++) free(jobs[c].res[i].gaps);
+        free(jobs[c].res);
+    }
+}
+
 #define MAX_BENCH_ADAPTERS 16
 
 typedef struct {
@@ -494,22 +522,18 @@ typedef struct {
 static double serve_row(const serve_run *sr, int n, const char *const *heads, int n_heads, const char *label, double ref,
                         const char *ratio_of) {
     client_job *jobs = calloc((size_t)n, sizeof *jobs);
-    pthread_t *th_ids = calloc((size_t)n, sizeof *th_ids);
-    int all = 1, requests = sr->requests;
-    double t0 = nv_now();
-    for (int c = 0; c < n; c++) {
+    const int requests = sr->requests;
+    for (int c = 0; c < n; c++)
         jobs[c] = (client_job){sr->srv->port, requests, sr->prompt, sr->tokens, sr->su->vocab, c + 100 * n,
                                calloc((size_t)requests, sizeof(sresult)), 0, n_heads ? heads[c % n_heads] : NULL};
-        pthread_create(&th_ids[c], NULL, client_main, &jobs[c]);
-    }
-    for (int c = 0; c < n; c++) pthread_join(th_ids[c], NULL);
-    double wall = nv_now() - t0;
+    clients_run cr = {jobs, n, 0, 0};
+    run_clients(&cr);
+    const int all = cr.ok;
+    const double wall = cr.wall;
     int n_req = n * requests, n_gaps = 0;
     long total_tokens = 0;
-    for (int c = 0; c < n; c++) {
-        all &= jobs[c].ok;
+    for (int c = 0; c < n; c++)
         for (int i = 0; i < requests; i++) n_gaps += jobs[c].res[i].n_gaps;
-    }
     double *ttft = calloc((size_t)n_req, sizeof *ttft), *rate = calloc((size_t)n_req, sizeof *rate);
     double *gaps = calloc((size_t)(n_gaps ? n_gaps : 1), sizeof *gaps);
     int nt = 0, nr = 0, ng = 0;
@@ -520,7 +544,6 @@ static double serve_row(const serve_run *sr, int n, const char *const *heads, in
             if (r->t_first > 0) ttft[nt++] = r->t_first - r->t_send;
             if (r->tokens > 1 && r->t_last > r->t_first) rate[nr++] = (r->tokens - 1) / (r->t_last - r->t_first);
             for (int g = 0; g < r->n_gaps; g++) gaps[ng++] = r->gaps[g];
-            free(r->gaps);
         }
     double decode = n * pct(rate, nr, 0.5);
     bench_row row;
@@ -548,9 +571,8 @@ static double serve_row(const serve_run *sr, int n, const char *const *heads, in
         row_str(&row, "ratio_of", ratio_of);
     }
     row_end(&row, sr->o);
-    for (int c = 0; c < n; c++) free(jobs[c].res);
+    free_clients(jobs, n);
     free(jobs);
-    free(th_ids);
     free(ttft);
     free(rate);
     free(gaps);
@@ -868,32 +890,6 @@ done:
 }
 
 /* ---- bench preempt -------------------------------------------------------------------------------- */
-
-/* n clients (client_main) started together: the wall time until the last ends, and whether every
- * request succeeded. */
-typedef struct {
-    client_job *jobs;
-    int n, ok;
-    double wall;
-} clients_run;
-
-static void *run_clients(void *arg) {
-    clients_run *cr = arg;
-    pthread_t th[64];
-    double t0 = nv_now();
-    for (int c = 0; c < cr->n; c++) pthread_create(&th[c], NULL, client_main, &cr->jobs[c]);
-    cr->ok = 1;
-    for (int c = 0; c < cr->n; c++) pthread_join(th[c], NULL), cr->ok &= cr->jobs[c].ok;
-    cr->wall = nv_now() - t0;
-    return NULL;
-}
-
-static void free_clients(client_job *jobs, int n) {
-    for (int c = 0; c < n; c++) {
-        for (int i = 0; i < jobs[c].requests; i++) free(jobs[c].res[i].gaps);
-        free(jobs[c].res);
-    }
-}
 
 /* The case `priority`: two long streams of priority 5 take --max-batch 2; once both run, one of
  * priority 0 (16 tokens) arrives. Its TTFT and the long ones' wall time, with preemption or not. */

@@ -865,6 +865,15 @@ static void remove_running(nv_sched *s, int i) {
     s->n_running--;
 }
 
+/* Takes r out of the running sequences. */
+static void remove_running_req(nv_sched *s, const nv_req *r) {
+    for (int i = 0; i < s->n_running; i++)
+        if (s->running[i] == r) {
+            remove_running(s, i);
+            return;
+        }
+}
+
 /* Retires what was cancelled, timed out or shut down. */
 static void sweep(nv_sched *s, double now) {
     nv_req **link = &s->wait_head, *prev = NULL;
@@ -1044,6 +1053,11 @@ static int preempt_gain(nv_sched *s, const nv_req *v, const nv_req *r, int hits)
     return gain;
 }
 
+/* Forgets v's blocks in s->held once a choice of victims is made. */
+static void gain_forget(nv_sched *s, const nv_req *v) {
+    for (int k = 0; k < v->n_alloc; k++) s->held[v->blocks[k]] = 0;
+}
+
 /* Sends running v back to the queue (lock held): its state stays (sampler, grammar, text so far), its
  * blocks go (indexed ones idle in the prefix cache, where its admission again finds them), and the
  * positions it had are computed again from what they held (replay). 0 when out of memory. */
@@ -1057,11 +1071,7 @@ static int preempt(nv_sched *s, nv_req *v) {
     if (s->prefix_on && v->n_hashed > v->n_lookup) v->n_lookup = v->n_hashed; /* their hashes are kept */
     release_blocks(s, v, NV_FINISH_NONE);
     v->pos = v->dvalid = v->n_hashed = 0;
-    for (int i = 0; i < s->n_running; i++)
-        if (s->running[i] == v) {
-            remove_running(s, i);
-            break;
-        }
+    remove_running_req(s, v);
     v->preempted++;
     enqueue(s, v);
     nv_metrics_preempted(s->metrics);
@@ -1111,8 +1121,7 @@ static int preempt_for(nv_sched *s, const nv_req *r, int hits, int short_by) {
     int k = 0, gain = 0;
     /* (overcommitted: each victim also takes the block of headroom admission leaves it) */
     while (k < n && (k < slots || gain < short_by)) gain += preempt_gain(s, s->victims[k++], r, hits) + overcommit(s);
-    for (int i = 0; i < k; i++)
-        for (int j = 0; j < s->victims[i]->n_alloc; j++) s->held[s->victims[i]->blocks[j]] = 0;
+    for (int i = 0; i < k; i++) gain_forget(s, s->victims[i]);
     if (k < slots || gain < short_by) return 0;
     int went = 0;
     for (int i = 0; i < k; i++) went += preempt(s, s->victims[i]);
@@ -1246,21 +1255,21 @@ static void grow(nv_sched *s) {
         if (r->pos < fill_end(r) || r->restore_next < r->restore_end) continue; /* its prompt was reserved whole */
         const long held = (long)(r->n_alloc + r->reserved) * B;
         if (held < (long)r->pos + 1) { /* the decode row's block */
-            const int short_by = 1 - (nv_kv_available(&s->pool) > 0);
-            int gain = 0, last = n, lower = 0;
-            for (int j = n - 1; j > i; j--) {
-                if (!order[j]) continue;
-                lower = 1;
-                if (gain < short_by && preemptible(s, order[j])) gain += preempt_gain(s, order[j], r, 0), last = j;
-            }
-            for (int j = n - 1; j >= last; j--)
-                if (order[j] && preemptible(s, order[j]))
-                    for (int k = 0; k < order[j]->n_alloc; k++) s->held[order[j]->blocks[k]] = 0;
-            if (short_by > 0 && gain >= short_by) {
+            if (nv_kv_available(&s->pool) < 1) { /* those below it that free one, the lowest first */
+                int gain = 0, last = n, lower = 0;
+                for (int j = n - 1; j > i; j--) {
+                    if (!order[j]) continue;
+                    lower = 1;
+                    if (!gain && preemptible(s, order[j])) gain = preempt_gain(s, order[j], r, 0), last = j;
+                }
                 for (int j = n - 1; j >= last; j--)
-                    if (order[j] && preemptible(s, order[j]) && preempt(s, order[j])) order[j] = NULL;
-            } else if (short_by > 0 && !lower && i > 0 && preemptible(s, r) && preempt(s, r)) {
-                continue; /* the lowest of several: it waits in the queue now */
+                    if (order[j] && preemptible(s, order[j])) gain_forget(s, order[j]);
+                if (gain) {
+                    for (int j = n - 1; j >= last; j--)
+                        if (order[j] && preemptible(s, order[j]) && preempt(s, order[j])) order[j] = NULL;
+                } else if (!lower && i > 0 && preemptible(s, r) && preempt(s, r)) {
+                    continue; /* the lowest of several: it waits in the queue now */
+                }
             }
             if (!nv_kv_reserve(&s->pool, 1)) {
                 r->stalled = 1;
@@ -2050,11 +2059,7 @@ static void *sched_loop(void *arg) {
             r->t_first_pub = r->t_first, r->t_last_pub = r->t_last;
             if (r->plps && r->pos >= r->n_prompt && r->fin != NV_FINISH_ERROR) r->plp_ready = 1; /* never half-computed records */
             if (r->fin != NV_FINISH_NONE) {
-                for (int j = 0; j < s->n_running; j++)
-                    if (s->running[j] == r) {
-                        remove_running(s, j);
-                        break;
-                    }
+                remove_running_req(s, r);
                 retire(s, r, r->fin);
             } else {
                 pthread_cond_broadcast(&r->cv);
