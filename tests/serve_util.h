@@ -177,6 +177,13 @@ static inline cJSON *post_json_status(int port, const char *path, const char *bo
 /* The value of a metric line "name value" in the server's /metrics (exact name, labels included), or -1. */
 static inline double metric(int port, const char *name) { return nv_loopback_metric(port, name); }
 
+/* Waits up to 10 s until a metric of the server reads want; 0 when it did not. */
+static inline int wait_metric(int port, const char *name, double want) {
+    for (double t0 = now_s(); now_s() - t0 < 10; sleep_ms(10))
+        if (metric(port, name) == want) return 1;
+    return 0;
+}
+
 /* Waits up to 20 s until no request runs or waits and no KV block is in use or reserved, the SSD
  * writer's pins included (its queue empty); 0 when that did not come. */
 static inline int wait_pool_idle(int port) {

@@ -927,9 +927,10 @@ static void test_serve(void) {
 /* A completion of the served model at temperature 0 with its log-probabilities (prompt: a JSON
  * value, a string or a list of token ids): the text and the logprobs object printed, or NULL (the
  * status and body on stderr unless a 400) when it was not a 200; its prompt and cached tokens. */
-static char *greedy_completion(int port, const char *prompt, int max_tokens, int *prompt_tokens, int *cached, int *status) {
+static char *greedy_completion_with(int port, const char *prompt, int max_tokens, const char *more, int *prompt_tokens, int *cached,
+                                    int *status) {
     nv_buf body = {0};
-    nv_buf_printf(&body, "{\"prompt\": %s, \"max_tokens\": %d, \"temperature\": 0, \"logprobs\": 2}", prompt, max_tokens);
+    nv_buf_printf(&body, "{\"prompt\": %s, \"max_tokens\": %d, \"temperature\": 0, \"logprobs\": 2%s}", prompt, max_tokens, more);
     resp r = {0};
     char *out = NULL;
     *status = body.data && http(port, "POST", "/v1/completions", NULL, body.data, &r) ? r.status : -1;
@@ -953,6 +954,10 @@ static char *greedy_completion(int port, const char *prompt, int max_tokens, int
     cJSON_Delete(j);
     resp_free(&r);
     return out;
+}
+
+static char *greedy_completion(int port, const char *prompt, int max_tokens, int *prompt_tokens, int *cached, int *status) {
+    return greedy_completion_with(port, prompt, max_tokens, "", prompt_tokens, cached, status);
 }
 
 /* A JSON list of n token ids of the test vocabulary, the same for the same seed. */
@@ -1406,6 +1411,151 @@ static void test_finetune(void) {
     for (int i = 1; i < N_KINDS; i++) finetune(kinds[i]);
 }
 
+/* A greedy request run from a thread (greedy_completion_with's answer), and when it ended. */
+typedef struct {
+    int port, max_tokens;
+    const char *prompt, *more;
+    char *got;
+    double t_done;
+} wp_job;
+
+static void *wp_job_main(void *arg) {
+    wp_job *j = arg;
+    int n = 0, cached = 0, status = 0;
+    j->got = greedy_completion_with(j->port, j->prompt, j->max_tokens, j->more, &n, &cached, &status);
+    j->t_done = now_s();
+    return NULL;
+}
+
+/* Runs a, then (once it has run after_ms) b beside it, and waits for both. */
+static void wp_run_pair(int port, wp_job *a, wp_job *b, int after_ms) {
+    pthread_t ta, tb;
+    a->port = b->port = port;
+    pthread_create(&ta, NULL, wp_job_main, a);
+    wait_metric(port, "nerve_running_sequences", 1);
+    sleep_ms(after_ms);
+    pthread_create(&tb, NULL, wp_job_main, b);
+    pthread_join(tb, NULL);
+    pthread_join(ta, NULL);
+}
+
+/* Preemption on split pages (--swa-cache window): a running sequence sent back to the queue keeps its
+ * ring as a checkpoint and, once admitted again, goes on from it (or from the SSD tier's two parts,
+ * or computes its positions again without a prefix cache); --kv-overcommit grows the whole-context
+ * layers' blocks as on full pages. Every answer, log-probabilities included, is the one a server
+ * with every position of every layer gives it alone. */
+static void test_serve_window_preemption(void) {
+    char model[700];
+    if (!window_model(model, sizeof model)) return;
+    char low_prompt[1600], high_prompt[400];
+    token_list(low_prompt, sizeof low_prompt, 41, 5);
+    token_list(high_prompt, sizeof high_prompt, 9, 23);
+    char low_prompt_short[400];
+    token_list(low_prompt_short, sizeof low_prompt_short, 9, 5);
+    enum { LOW_TOKENS = 90, HIGH_TOKENS = 6, SHORT_TOKENS = 14, RING_TOKENS = 15 };
+    char *want_low = NULL, *want_high = NULL, *want_short = NULL, *want_ring = NULL;
+    server sv;
+    if (!server_spawn(&sv, "gwp-full", NULL, NULL, model, NULL, "--kv-block 4 --prefill-chunk 16 --swa-cache full --no-prefix-cache", 30)) {
+        T_CHECK(0, "the reference server did not start");
+        return;
+    }
+    int n = 0, cached = 0, status = 0;
+    want_low = greedy_completion(sv.port, low_prompt, LOW_TOKENS, &n, &cached, &status);
+    want_high = greedy_completion(sv.port, high_prompt, HIGH_TOKENS, &n, &cached, &status);
+    want_short = greedy_completion(sv.port, high_prompt, SHORT_TOKENS, &n, &cached, &status);
+    want_ring = greedy_completion(sv.port, low_prompt_short, RING_TOKENS, &n, &cached, &status);
+    T_CHECK(server_stop_within(&sv, 20) == 0 && want_low && want_high && want_short && want_ring, "the reference server failed");
+    /* the only sequence, preempted by a lower priority value: its ring kept in RAM (a checkpoint), read
+       back from the SSD tier (no RAM cache: both parts from disk), or no prefix cache at all */
+    char flags[3][1200];
+    const char *common = "--kv-block 4 --prefill-chunk 16 --max-batch 1 --swa-cache window --scheduling-policy priority";
+    snprintf(flags[0], sizeof flags[0], "%s --kv-disk-cache 0", common);
+    snprintf(flags[1], sizeof flags[1], "%s --kv-ram-cache 0 --kv-cache-dir '%s'", common, t_path("gwp-kvdisk"));
+    snprintf(flags[2], sizeof flags[2], "%s --no-prefix-cache", common);
+    for (int k = 0; k < 3; k++) {
+        char name[32];
+        snprintf(name, sizeof name, "gwp-window-%d", k);
+        if (!server_spawn(&sv, name, NULL, "NERVE_LOG=debug NERVE_TEST_STEP_DELAY_MS=15", model, NULL, flags[k], 30)) {
+            T_CHECK(0, "the windowed server did not start with %s", flags[k]);
+            continue;
+        }
+        wp_job low = {.prompt = low_prompt, .max_tokens = LOW_TOKENS, .more = ", \"priority\": 3"},
+               high = {.prompt = high_prompt, .max_tokens = HIGH_TOKENS, .more = ", \"priority\": -1"};
+        wp_run_pair(sv.port, &low, &high, 500);
+        T_CHECK(metric(sv.port, "nerve_preemptions_total") == 1 && high.t_done < low.t_done, "%s: %g preemptions", flags[k],
+                metric(sv.port, "nerve_preemptions_total"));
+        T_CHECK(low.got && !strcmp(low.got, want_low), "%s: the preempted answer: %.300s\n    against %.300s", flags[k],
+                low.got ? low.got : "-", want_low);
+        T_CHECK(high.got && !strcmp(high.got, want_high), "%s: the urgent answer differs", flags[k]);
+        T_CHECK(wait_pool_idle(sv.port) && metric(sv.port, "nerve_kv_window_blocks_in_use") == 0 &&
+                    metric(sv.port, "nerve_kv_window_blocks_reserved") == 0,
+                "%s: blocks still held", flags[k]);
+        char *log = read_log(&sv);
+        /* at least its prompt's positions from the checkpoint (k 0) or from disk (k 1) */
+        const char *back = strstr(log, "back: ");
+        int ram = -1, all = 0, disk = -1;
+        if (back) sscanf(back, "back: %d of its %d positions found in the prefix cache (%d on disk)", &ram, &all, &disk);
+        T_CHECK(k == 0 ? ram >= 40 && disk == 0 : k == 1 ? ram == 0 && disk >= 40 : ram == 0 && disk == 0, "%s: how it came back: %.200s",
+                flags[k], back ? back : "(not logged)");
+        free(log);
+        free(low.got), free(high.got);
+        T_CHECK(server_stop_within(&sv, 20) == 0, "the windowed server (%s) did not exit 0", flags[k]);
+    }
+    /* --kv-overcommit: two of them at once though the whole-context layers' 39 blocks hold one's prompt
+       and max_tokens (35 blocks) only; the later goes back when the pool runs short */
+    if (server_spawn(&sv, "gwp-overcommit", NULL, "NERVE_TEST_STEP_DELAY_MS=15", model, NULL,
+                     "--kv-block 4 --prefill-chunk 16 --max-batch 2 --swa-cache window --kv-memory 72K --kv-overcommit --kv-disk-cache 0",
+                     30)) {
+        T_CHECK(metric(sv.port, "nerve_kv_blocks_total") == 39, "%g blocks", metric(sv.port, "nerve_kv_blocks_total"));
+        wp_job first = {.prompt = low_prompt, .max_tokens = LOW_TOKENS, .more = ""}, second = first;
+        wp_run_pair(sv.port, &first, &second, 100);
+        T_CHECK(first.got && second.got && !strcmp(first.got, want_low) && !strcmp(second.got, want_low),
+                "overcommitted: %.200s\n    %.200s\n    against %.200s", first.got ? first.got : "-", second.got ? second.got : "-", want_low);
+        T_CHECK(metric(sv.port, "nerve_preemptions_total") >= 1 && first.t_done < second.t_done, "overcommitted: %g preemptions",
+                metric(sv.port, "nerve_preemptions_total"));
+        T_CHECK(wait_pool_idle(sv.port), "overcommitted: blocks still held");
+        free(first.got), free(second.got);
+        T_CHECK(server_stop_within(&sv, 20) == 0, "the overcommitted server did not exit 0");
+    } else {
+        T_CHECK(0, "the overcommitted server did not start");
+    }
+    /* room in the windowed layers' pool alone: rings for three of the four sequences (--kv-memory 60K:
+       20 blocks, 20 of the whole-context layers'), three running, each ring 6 blocks; a fourth of a
+       lower priority value whose whole-context blocks fit preempts one for its ring */
+    if (server_spawn(&sv, "gwp-rings", NULL, "NERVE_TEST_STEP_DELAY_MS=40", model, NULL,
+                     "--kv-block 4 --prefill-chunk 16 --max-batch 4 --swa-cache window --kv-memory 60K --kv-disk-cache 0 "
+                     "--scheduling-policy priority",
+                     30)) {
+        T_CHECK(metric(sv.port, "nerve_kv_window_blocks_total") == 20 && metric(sv.port, "nerve_kv_blocks_total") == 20, "%g and %g blocks",
+                metric(sv.port, "nerve_kv_window_blocks_total"), metric(sv.port, "nerve_kv_blocks_total"));
+        wp_job lows[3], high = {.port = sv.port, .prompt = high_prompt, .max_tokens = SHORT_TOKENS, .more = ", \"priority\": -1"};
+        pthread_t tl[3], th;
+        for (int i = 0; i < 3; i++) {
+            lows[i] = (wp_job){.port = sv.port, .prompt = low_prompt_short, .max_tokens = RING_TOKENS, .more = ", \"priority\": 3"};
+            pthread_create(&tl[i], NULL, wp_job_main, &lows[i]);
+            T_CHECK(wait_metric(sv.port, "nerve_running_sequences", i + 1), "low %d did not start", i);
+        }
+        pthread_create(&th, NULL, wp_job_main, &high);
+        pthread_join(th, NULL);
+        int same = 0, later = 0;
+        for (int i = 0; i < 3; i++) {
+            pthread_join(tl[i], NULL);
+            same += lows[i].got && !strcmp(lows[i].got, want_ring);
+            later += lows[i].t_done > high.t_done;
+            free(lows[i].got);
+        }
+        T_CHECK(high.got && !strcmp(high.got, want_short) && same == 3, "rings: the urgent answer %s, %d of 3 others as alone",
+                high.got ? "differs" : "failed", same);
+        T_CHECK(metric(sv.port, "nerve_preemptions_total") == 1 && later >= 1, "rings: %g preemptions, %d done after the urgent one",
+                metric(sv.port, "nerve_preemptions_total"), later);
+        free(high.got);
+        T_CHECK(server_stop_within(&sv, 20) == 0, "the rings' server did not exit 0");
+    } else {
+        T_CHECK(0, "the rings' server did not start");
+    }
+    free(want_low), free(want_high), free(want_short), free(want_ring);
+}
+
 int main(void) {
     T_RUN(test_forward_matches_reference);
     T_RUN(test_gguf_round_trip);
@@ -1420,6 +1570,7 @@ int main(void) {
     T_RUN(test_serve_window_resumed_ring);
     T_RUN(test_serve_window_disk);
     T_RUN(test_serve_window_cache_concurrent);
+    T_RUN(test_serve_window_preemption);
     T_RUN(test_training_forward_matches);
     T_RUN(test_finetune);
     return t_done();

@@ -2338,12 +2338,6 @@ static int open_stream(int port, const char *body) {
     return -1;
 }
 
-static int wait_metric(int port, const char *name, double want) {
-    for (double t0 = now_s(); now_s() - t0 < 10; sleep_ms(10))
-        if (metric(port, name) == want) return 1;
-    return 0;
-}
-
 static void test_tiny_pool_queue_429_disconnect(void) {
     server s;
     /* stories260K: one block of 16 positions is 5 layers x 2 x 16 x 32 fp16 values = 10 KiB; 30K = 3 blocks */

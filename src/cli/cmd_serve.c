@@ -142,7 +142,7 @@ static void usage(FILE *f) {
             "  --kv-overcommit      admit a request once its prompt fits the KV pool rather than its prompt and\n"
             "                       max_tokens: sequences take blocks as they grow, and where the pool runs short the\n"
             "                       lowest-ranked (the latest among equals) are preempted as above (more requests at\n"
-            "                       once when answers end before max_tokens; vLLM's way; not with --swa-cache window)\n"
+            "                       once when answers end before max_tokens; vLLM's way)\n"
             "  --max-batch N        sequences decoded together per step (default 16)\n"
             "  --prefill-chunk N    prompt tokens per step, shared by sequences in prefill (default 512)\n"
             "  --spec-tokens N      speculative decoding by prompt lookup: up to N tokens (<= 16) that followed an\n"
@@ -651,9 +651,6 @@ int cli_serve_run(int argc, char **argv, const cli_serve_job *job) {
         nv_info("serve: every layer's keys and values of the context of %d positions would not fit --kv-memory: the "
                 "windowed layers keep only their window (--swa-cache full keeps every position)",
                 model.config.seq_len);
-    if (overcommit && sched.wring)
-        nv_warn("serve: --kv-overcommit does not apply on split pages (the windowed layers' rings): requests reserve "
-                "their prompt and max_tokens (--swa-cache full to overcommit)");
     nv_model_drop_quant_sources(&model); /* the plans hold their own copy */
     if (nv_sched_start(&sched) != NV_OK) {
         cli_error(CMD, 1, "%s", nv_errmsg());

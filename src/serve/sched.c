@@ -1080,15 +1080,17 @@ static int preempt(nv_sched *s, nv_req *v) {
     return 1;
 }
 
-/* Whether running v can go back to the queue: not on split pages, nor one whose rows are read as
- * they run (an embedding, a score, prompt log-probabilities until they are whole), nor one reading
- * its prefix from disk. So every decoding sequence can. */
-static int preemptible(const nv_sched *s, const nv_req *v) {
-    return !s->wring && !v->embed && !v->n_score && (!v->plps || v->plp_ready) && v->restore_next >= v->restore_end;
+/* Whether running v can go back to the queue: not one whose rows are read as they run (an
+ * embedding, a score, prompt log-probabilities until they are whole), nor one reading its prefix
+ * from disk (on split pages, until both its parts are whole). So every decoding sequence can. On
+ * split pages its ring is kept as a checkpoint (release_blocks), which it continues from when it
+ * comes back, unless the room was needed. */
+static int preemptible(const nv_req *v) {
+    return !v->embed && !v->n_score && (!v->plps || v->plp_ready) && v->restore_next >= v->restore_end && !v->restore_split;
 }
 
-/* Whether requests reserve only what they hold so far (o.overcommit, not on split pages). */
-static int overcommit(const nv_sched *s) { return s->o.overcommit && !s->wring; }
+/* Whether requests reserve only what they hold so far (o.overcommit). */
+static int overcommit(const nv_sched *s) { return s->o.overcommit; }
 
 /* The drafts r's decode row may carry this step (before the step's cap on drafts in all): as many as
  * its acceptance so far makes worthwhile, never more than the tokens it may still produce after this
@@ -1107,22 +1109,28 @@ static int victims_of(nv_sched *s, const nv_req *r) {
     if (s->o.no_preempt || s->stopping) return 0;
     int n = 0;
     for (int i = 0; i < s->n_running; i++)
-        if (outranks(r, s->running[i]) && preemptible(s, s->running[i])) s->victims[n++] = s->running[i];
+        if (outranks(r, s->running[i]) && preemptible(s->running[i])) s->victims[n++] = s->running[i];
     return n;
 }
 
 /* Makes room for r, the head of the queue, by preempting running sequences it outranks, the
  * lowest-ranked first (the latest submitted among equals), as few as give it a slot (when every one
- * is taken) and `short_by` blocks of the pool; none when they cannot. Returns how many went. */
-static int preempt_for(nv_sched *s, const nv_req *r, int hits, int short_by) {
+ * is taken), `short_by` blocks of the pool and, on split pages, `wshort` of the windowed layers'
+ * (a victim's ring becomes a checkpoint, which gives way); none when they cannot. Returns how many
+ * went. */
+static int preempt_for(nv_sched *s, const nv_req *r, int hits, int short_by, int wshort) {
     const int n = victims_of(s, r);
     qsort(s->victims, (size_t)n, sizeof *s->victims, victim_order);
     const int slots = s->n_running >= s->o.max_batch;
-    int k = 0, gain = 0;
-    /* (overcommitted: each victim also takes the block of headroom admission leaves it) */
-    while (k < n && (k < slots || gain < short_by)) gain += preempt_gain(s, s->victims[k++], r, hits) + overcommit(s);
+    int k = 0, gain = 0, wgain = 0;
+    while (k < n && (k < slots || gain < short_by || wgain < wshort)) {
+        const nv_req *v = s->victims[k++];
+        /* (overcommitted: each victim also takes the block of headroom admission leaves it) */
+        gain += preempt_gain(s, v, r, hits) + overcommit(s);
+        wgain += v->wreserved + ring_held(v);
+    }
     for (int i = 0; i < k; i++) gain_forget(s, s->victims[i]);
-    if (k < slots || gain < short_by) return 0;
+    if (k < slots || gain < short_by || wgain < wshort) return 0;
     int went = 0;
     for (int i = 0; i < k; i++) went += preempt(s, s->victims[i]);
     return went;
@@ -1168,24 +1176,25 @@ static void admit(nv_sched *s) {
             }
             idle_hits = idle_count(s, r, hits);
         }
-        int need = r->blocks_needed - (wpoint ? 0 : hits); /* blocks of its own, disk restores included */
+        /* its blocks: overcommitted, its prompt's and first answer position's (the rest as it goes:
+           grow), with a block left for each running sequence's next one */
+        const int now = overcommit(s) ? nv_kv_blocks_for(&s->pool, (long)fill_end(r) + 1) : r->blocks_needed;
+        const int own = now < r->blocks_needed ? now : r->blocks_needed, headroom = overcommit(s) ? s->n_running : 0;
+        int need = own - (wpoint ? 0 : hits); /* blocks of its own, disk restores included */
         const int wneed = ring_blocks(s, r->blocks_needed);
-        if (overcommit(s)) { /* its prompt and first answer position; the rest as it goes (grow), and a block
-                                left for each running sequence's next one */
-            const int now = nv_kv_blocks_for(&s->pool, (long)fill_end(r) + 1);
-            if (now < r->blocks_needed) need = now - hits;
-        }
-        const int short_by = need + idle_hits + (overcommit(s) ? s->n_running : 0) - nv_kv_available(&s->pool);
-        if (short_by > 0 || s->n_running >= s->o.max_batch) { /* the head waits; nobody overtakes it */
-            if (preempt_for(s, r, hits, short_by)) continue; /* (their blocks may be its hits now) */
+        const int short_by = need + idle_hits + headroom - nv_kv_available(&s->pool);
+        /* (split pages: the checkpoints give way to a ring, ck too, its prompt then run whole below) */
+        const int wshort = wneed ? wneed - nv_kv_available(&s->wpool) - s->ckpt_blocks : 0;
+        if (short_by > 0 || wshort > 0 || s->n_running >= s->o.max_batch) { /* the head waits; nobody overtakes it */
+            if (preempt_for(s, r, hits, short_by, wshort)) continue; /* (their blocks may be its hits now) */
             break;
         }
         if (wneed) {
             ck = ckpt_make_room(s, wneed, ck); /* checkpoints go only for a request the pool holds */
             if (nv_kv_available(&s->wpool) < wneed && ck >= 0) { /* the room is the checkpoint's own: the prompt runs whole */
                 ckpt_drop(s, ck);
-                ck = -1, hits = idle_hits = 0, need = r->blocks_needed;
-                if (nv_kv_available(&s->pool) < need) break;
+                ck = -1, hits = idle_hits = 0, need = own;
+                if (nv_kv_available(&s->pool) < need + headroom) break;
             }
             if (nv_kv_available(&s->wpool) < wneed) break;
         }
@@ -1260,14 +1269,14 @@ static void grow(nv_sched *s) {
                 for (int j = n - 1; j > i; j--) {
                     if (!order[j]) continue;
                     lower = 1;
-                    if (!gain && preemptible(s, order[j])) gain = preempt_gain(s, order[j], r, 0), last = j;
+                    if (!gain && preemptible(order[j])) gain = preempt_gain(s, order[j], r, 0), last = j;
                 }
                 for (int j = n - 1; j >= last; j--)
-                    if (order[j] && preemptible(s, order[j])) gain_forget(s, order[j]);
+                    if (order[j] && preemptible(order[j])) gain_forget(s, order[j]);
                 if (gain) {
                     for (int j = n - 1; j >= last; j--)
-                        if (order[j] && preemptible(s, order[j]) && preempt(s, order[j])) order[j] = NULL;
-                } else if (!lower && i > 0 && preemptible(s, r) && preempt(s, r)) {
+                        if (order[j] && preemptible(order[j]) && preempt(s, order[j])) order[j] = NULL;
+                } else if (!lower && i > 0 && preemptible(r) && preempt(s, r)) {
                     continue; /* the lowest of several: it waits in the queue now */
                 }
             }
@@ -1293,10 +1302,10 @@ static void restore_fallback(nv_sched *s, nv_req *r) {
         r->blocks[k] = nv_kv_alloc(&s->pool);
         r->reserved--;
     }
-    nv_metrics_prefix(s->metrics, 0, 0, 0, r->n_lookup, 0);
+    if (!r->preempted) nv_metrics_prefix(s->metrics, 0, 0, 0, r->n_lookup, 0), r->n_cached = 0; /* (counted at its first admission) */
     r->restore_next = r->restore_end = r->wrestore_next = r->wrestore_end = 0;
     r->restore_split = r->restore_shared = 0;
-    r->pos = r->dvalid = r->n_cached = r->n_hashed = r->wvalid_from = 0;
+    r->pos = r->dvalid = r->n_hashed = r->wvalid_from = 0;
     nv_log(NV_LOG_WARN, "serve: prefix cache: a block on disk failed its checks; the prompt runs whole");
 }
 
@@ -1309,8 +1318,8 @@ static void restore_split_done(nv_sched *s, nv_req *r) {
     if (!s->o.draft) r->n_hashed = p;
     nv_kv_unreserve(&s->pool, r->restore_shared);
     r->reserved -= r->restore_shared;
-    r->pos = r->n_cached = p * B;
-    nv_metrics_prefix(s->metrics, 0, 0, p - r->disk_from, r->n_lookup - p, r->n_cached);
+    r->pos = p * B;
+    if (!r->preempted) r->n_cached = r->pos, nv_metrics_prefix(s->metrics, 0, 0, p - r->disk_from, r->n_lookup - p, r->n_cached);
     r->restore_next = r->restore_end = r->wrestore_next = r->wrestore_end = 0;
     r->restore_split = r->restore_shared = 0;
 }
@@ -1357,7 +1366,7 @@ static void restore_from_disk(nv_sched *s) {
                 continue;
             }
             if (!it[i].win)
-                for (int t = 0; t < B; t++) nv_kv_record(&s->pool, r->blocks[k], t, r->prompt[k * B + t]);
+                for (int t = 0; t < B; t++) nv_kv_record(&s->pool, r->blocks[k], t, fill_tokens(r)[k * B + t]);
             *next = k + 1;
             if (r->wrestore_next >= r->wrestore_end && r->restore_next >= r->restore_end) restore_split_done(s, r);
             continue;
