@@ -114,9 +114,9 @@ static void models(void) {
     gguf_write_model(seed_path("model", "v2_vocab.gguf"), "llama", 2, 1);
     gguf_write_model(seed_path("tokenizer", "v2_vocab.gguf"), "llama", 2, 1);
     /* byte-level BPE vocabularies: Qwen's split without BOS, Llama 3's with it */
-    check(write_vocab(seed_path("tokenizer", "bpe_qwen2.gguf"), &(vocab_opts){"qwen2", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0}) ? NV_EIO : NV_OK);
-    check(write_vocab(seed_path("tokenizer", "bpe_llama3.gguf"), &(vocab_opts){"llama-bpe", ID_ENDOFTEXT, ID_IM_END, 1, -1, 0, 0}) ? NV_EIO : NV_OK);
-    check(write_vocab(seed_path("tokenizer", "bpe_gpt4o.gguf"), &(vocab_opts){"gpt-4o", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0}) ? NV_EIO : NV_OK);
+    check(write_vocab(seed_path("tokenizer", "bpe_qwen2.gguf"), &(vocab_opts){"qwen2", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0, 0}) ? NV_EIO : NV_OK);
+    check(write_vocab(seed_path("tokenizer", "bpe_llama3.gguf"), &(vocab_opts){"llama-bpe", ID_ENDOFTEXT, ID_IM_END, 1, -1, 0, 0, 0}) ? NV_EIO : NV_OK);
+    check(write_vocab(seed_path("tokenizer", "bpe_gpt4o.gguf"), &(vocab_opts){"gpt-4o", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0, 0}) ? NV_EIO : NV_OK);
     /* qwen3: QK-norm, head size 6 (not dim / heads), RoPE base 1e6; written by the project's writer */
     nv_config q = {8, 16, 1, 2, 1, 6, 16, 8, 1000000.0f, 1e-6f, 1, 1, 0, {0}, 0, NV_CONFIG_PLAIN};
     random_gguf(&q, 9, "v3_qwen3.gguf", NV_GGUF_F32);
@@ -177,10 +177,10 @@ static void models(void) {
     check(nv_config_rope_yarn(&m3, &(nv_rope_yarn){.factor = 4.0f, .orig_ctx = 2, .beta_fast = 32.0f, .beta_slow = 1.0f, .attn_factor = 1.0f}));
     m3.attn_temp_scale = 0.1f, m3.attn_temp_len = 2;
     random_gguf(&m3, 19, "v3_mistral3.gguf", NV_GGUF_F32);
-    check(write_vocab(seed_path("tokenizer", "bpe_tekken_think.gguf"), &(vocab_opts){"tekken", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 3}) ? NV_EIO : NV_OK);
-    check(write_vocab(seed_path("tokenizer", "bpe_dbrx.gguf"), &(vocab_opts){"dbrx", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0}) ? NV_EIO : NV_OK);
-    check(write_vocab(seed_path("tokenizer", "bpe_deepseek_llm.gguf"), &(vocab_opts){"deepseek-llm", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0}) ? NV_EIO : NV_OK);
-    check(write_vocab(seed_path("tokenizer", "bpe_deepseek_coder.gguf"), &(vocab_opts){"deepseek-coder", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0}) ? NV_EIO : NV_OK);
+    check(write_vocab(seed_path("tokenizer", "bpe_tekken_think.gguf"), &(vocab_opts){"tekken", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 3, 0}) ? NV_EIO : NV_OK);
+    check(write_vocab(seed_path("tokenizer", "bpe_dbrx.gguf"), &(vocab_opts){"dbrx", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0, 0}) ? NV_EIO : NV_OK);
+    check(write_vocab(seed_path("tokenizer", "bpe_deepseek_llm.gguf"), &(vocab_opts){"deepseek-llm", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0, 0}) ? NV_EIO : NV_OK);
+    check(write_vocab(seed_path("tokenizer", "bpe_deepseek_coder.gguf"), &(vocab_opts){"deepseek-coder", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0, 0}) ? NV_EIO : NV_OK);
     check(gw_gemma_vocab(seed_path("tokenizer", "spm_gemma.gguf")) ? NV_OK : NV_EIO);
     nv_config lf = {8, 16, 1, 2, 2, 4, 16, 8, 500000.0f, 1e-5f, 1, 0, 2, {1.0f, 8.0f}, 0, NV_CONFIG_PLAIN};
     random_gguf(&lf, 11, "v3_rope_freqs.gguf", NV_GGUF_F32);

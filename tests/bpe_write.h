@@ -62,6 +62,7 @@ typedef struct {
     int fim;          /* 1: three more tokens after the others, Qwen2.5-Coder's fill-in-the-middle markers;
                          2: and its <|repo_name|> and <|file_sep|>; 3: instead Mistral's [THINK] and [/THINK];
                          4: instead Mistral's tool-call markers [TOOL_CALLS], [ARGS] and [CALL_ID] */
+    int add_eos;      /* 1: tokenizer.ggml.add_eos_token true (an embedding model's) */
 } vocab_opts;
 
 static const char *fim_specials[] = {"<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>", "<|repo_name|>", "<|file_sep|>"};
@@ -100,7 +101,7 @@ static int write_vocab(const char *path, const vocab_opts *o) {
     nv_buf w = {0};
     nv_buf_append(&w, "GGUF", 4);
     uint32_t version = 3;
-    uint64_t nt = 0, nkv = 5 + (o->pre != NULL) + (o->bos >= 0) + (o->eos >= 0) + (o->add_bos >= 0);
+    uint64_t nt = 0, nkv = 5 + (o->pre != NULL) + (o->bos >= 0) + (o->eos >= 0) + (o->add_bos >= 0) + (o->add_eos == 1);
     nv_buf_append(&w, &version, 4);
     nv_buf_append(&w, &nt, 8);
     nv_buf_append(&w, &nkv, 8);
@@ -157,6 +158,11 @@ static int write_vocab(const char *path, const vocab_opts *o) {
     if (o->add_bos >= 0) {
         kv_key(&w, "tokenizer.ggml.add_bos_token", 7);
         uint8_t v = (uint8_t)o->add_bos;
+        nv_buf_append(&w, &v, 1);
+    }
+    if (o->add_eos == 1) {
+        kv_key(&w, "tokenizer.ggml.add_eos_token", 7);
+        const uint8_t v = 1;
         nv_buf_append(&w, &v, 1);
     }
     FILE *f = fopen(path, "wb");

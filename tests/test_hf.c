@@ -657,16 +657,16 @@ static void test_tokenizer_roundtrip(void) {
     a = b = NULL;
     /* byte-level: Qwen2's split without BOS, Llama 3's with it, SmolLM's digits, GPT-2's, GPT-4o's, OLMo 2's, Tekken's,
        DeepSeek's several splits in a row (LLM's, Coder's, V3's) */
-    const vocab_opts opts[] = {{"qwen2", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0},
-                               {"llama-bpe", ID_ENDOFTEXT, ID_IM_END, 1, -1, 0, 0},
-                               {"smollm", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0},
-                               {"gpt-2", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0},
-                               {"gpt-4o", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0},
-                               {"dbrx", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0},
-                               {"tekken", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0},
-                               {"deepseek-llm", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0},
-                               {"deepseek-coder", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0},
-                               {"deepseek-v3", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0}};
+    const vocab_opts opts[] = {{"qwen2", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0, 1},
+                               {"llama-bpe", ID_ENDOFTEXT, ID_IM_END, 1, -1, 0, 0, 0},
+                               {"smollm", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0, 0},
+                               {"gpt-2", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0, 0},
+                               {"gpt-4o", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0, 0},
+                               {"dbrx", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0, 0},
+                               {"tekken", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0, 0},
+                               {"deepseek-llm", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0, 0},
+                               {"deepseek-coder", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0, 0},
+                               {"deepseek-v3", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0, 0}};
     static const char *const native[] = {"\"Split\"", "\"ignore_merges\":\ttrue", "\"Digits\"", "\"use_regex\":\ttrue", "\\\\p{Lu}\\\\p{Lt}",
                                          "\"ignore_merges\":\tfalse", "\\\\p{M}]*|\\\\p{N}|", "\"\\\\s+$\"", "\"\\\\s?\\\\p{P}+\"",
                                          "\"\\\\p{N}{1,3}\""};
@@ -694,6 +694,9 @@ static void test_tokenizer_roundtrip(void) {
         nv_bpe_view bv; /* Llama 3's split read back as llama-bpe or (ignore_merges false) dbrx */
         T_CHECK(b && nv_tokenizer_bpe_view(b, &bv) && !strcmp(bv.pre, opts[k].pre) && same_ids(a, b, " there"), "%s read back as %s",
                 opts[k].pre, b && nv_tokenizer_bpe_view(b, &bv) ? bv.pre : "?");
+        /* (Qwen2's with EOS after each input, an embedding model's: its template puts it there alone) */
+        T_CHECK(b && nv_tokenizer_adds_eos(a) == (k == 0) && nv_tokenizer_adds_eos(b) == (k == 0), "%s: add_eos %d, read back %d", opts[k].pre,
+                nv_tokenizer_adds_eos(a), b ? nv_tokenizer_adds_eos(b) : -1);
         if (k == 9 && b) { /* DeepSeek-V3's own files say "no normalizer" as an empty Sequence */
             char *text = slurp(bd, "tokenizer.json", NULL);
             if (put_spliced(bd, "tokenizer.json", text, "\"normalizer\":\tnull", "\"normalizer\": {\"type\": \"Sequence\", \"normalizers\": []}")) {

@@ -21,6 +21,7 @@
 
 #include "engine/engine.h"
 #include "model/forward.h"
+#include "model/gguf.h"
 #include "model/model.h"
 #include "model/tokenizer.h"
 #include "serve/chat.h"
@@ -2739,6 +2740,132 @@ static void test_kv_overcommit(void) {
     T_CHECK(server_stop(&s) == 0, "server did not exit 0");
 }
 
+/* The JSON of file name in dir (NULL when it cannot be read or parsed; the caller deletes it). */
+static cJSON *json_in(const char *dir, const char *name) {
+    char path[800], *text = NULL;
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    cJSON *j = nv_file_read_all(path, &text, NULL) == NV_OK ? cJSON_Parse(text) : NULL;
+    free(text);
+    return j;
+}
+
+/* Writes j as the test's file name, and deletes it. */
+static void json_put(const char *name, cJSON *j) {
+    char *text = cJSON_Print(j);
+    if (text) t_write(name, text, strlen(text));
+    free(text);
+    cJSON_Delete(j);
+}
+
+/* The final norm's output of rows [0, n) of ids run through m (scalar engine), into rows [n][dim]. */
+static void final_rows(const nv_model *m, const int *ids, int n, float *rows) {
+    nv_state st;
+    const int d = m->config.dim;
+    T_CHECK(nv_state_init(&st, &m->config, n, m->config.seq_len, 0) == NV_OK && nv_forward(m, &st, ids, n, 0) == NV_OK, "%s", nv_errmsg());
+    for (int t = 0; t < n; t++) nv_rmsnorm(rows + (size_t)t * d, st.r.x + (size_t)t * d, m->w.rms_final, d, m->config.norm_eps);
+    nv_state_free(&st);
+}
+
+/* A server's /v1/embeddings vector of text is row `row` of rows made unit length (within 1e-5), with
+ * `tokens` prompt tokens; name says which. */
+static void check_pooled(const char *name, const char *model, const char *flags, const char *text, const float *rows, int row,
+                         int tokens, int dim) {
+    server s;
+    if (!server_spawn(&s, name, NULL, NULL, model, NULL, flags, 30)) {
+        T_CHECK(0, "%s: the server did not start", name);
+        return;
+    }
+    char body[512];
+    snprintf(body, sizeof body, "{\"input\":\"%s\"}", text);
+    resp r;
+    float got[512];
+    T_CHECK(http(s.port, "POST", "/v1/embeddings", NULL, body, &r) && r.status == 200 && embedding_of(r.body, 0, got, dim), "%s: %d %s",
+            name, r.status, r.body);
+    const char *pt = r.body ? strstr(r.body, "\"prompt_tokens\":") : NULL;
+    T_CHECK(pt && atoi(pt + 16) == tokens, "%s: %s prompt tokens, not %d", name, pt ? pt + 16 : "no", tokens);
+    resp_free(&r);
+    double norm = 0, worst = 0;
+    for (int j = 0; j < dim; j++) norm += (double)rows[(size_t)row * dim + j] * rows[(size_t)row * dim + j];
+    for (int j = 0; j < dim; j++) worst = fmax(worst, fabs(got[j] - rows[(size_t)row * dim + j] / sqrt(norm)));
+    T_CHECK(worst < 1e-5, "%s: the embedding is %.3g from row %d of the model's own", name, worst, row);
+    char *log = read_log(&s);
+    if (row > 0 && !strstr(flags, "--pooling")) T_CHECK(strstr(log, "embeddings pool the last token (the model's pooling type)"), "%s: %s", name, log);
+    free(log);
+    T_CHECK(server_stop(&s) == 0, "%s: the server did not exit 0", name);
+}
+
+/* Pooling other than the mean: --pooling cls takes the first row, last the last (a decoder embedding
+ * model's: Qwen3-Embedding's); a GGUF's pooling_type says so itself, and so does a sentence-
+ * transformers folder's 1_Pooling, which `nerve export` writes and reads back; a vocabulary whose
+ * tokenizer ends an input with EOS (add_eos_token) has it appended to embeddings' inputs, and keeps
+ * it through both formats. Max pooling is refused at load. */
+static void test_embedding_pooling(void) {
+    static const char *text = "Once upon a time there was a little girl named Lily";
+    nv_model m;
+    nv_tokenizer *tok = NULL;
+    int *ids = NULL, n = 0;
+    if (nv_model_load(model_path, &m) != NV_OK || nv_model_build_plans(&m, NV_ENGINE_SCALAR) != NV_OK ||
+        nv_tokenizer_load_for_model(tok_path, m.config.vocab_size, &tok) != NV_OK || nv_tokenizer_encode(tok, text, 1, 0, &ids, &n) != NV_OK) {
+        T_CHECK(0, "%s", nv_errmsg());
+        return;
+    }
+    const int d = m.config.dim;
+    int *with_eos = malloc((size_t)(n + 1) * sizeof *with_eos);
+    float *rows = malloc((size_t)(n + 1) * d * sizeof *rows), *rows_eos = malloc((size_t)(n + 1) * d * sizeof *rows_eos);
+    memcpy(with_eos, ids, (size_t)n * sizeof *ids);
+    with_eos[n] = nv_tokenizer_eos(tok);
+    final_rows(&m, ids, n, rows);
+    final_rows(&m, with_eos, n + 1, rows_eos);
+    char flags[1200];
+    const char *exact = "--engine scalar --kv-cache-dtype f32 --prefill-chunk 3 --kv-block 4 --kv-disk-cache 0";
+    for (int k = 0; k < 2; k++) { /* (the llama2.c file with its tokenizer) */
+        snprintf(flags, sizeof flags, "%s -z '%s' --pooling %s", exact, tok_path, k ? "last" : "cls");
+        check_pooled(k ? "pool-last" : "pool-cls", model_path, flags, text, rows, k ? n - 1 : 0, n, d);
+    }
+    /* the file says it: a GGUF's pooling_type, then the Hugging Face folder exported from it */
+    char gguf[700], dir[700], gguf2[700], args[2200];
+    snprintf(gguf, sizeof gguf, "%s", t_path("pool.gguf"));
+    snprintf(dir, sizeof dir, "%s", t_path("pool-hf"));
+    snprintf(gguf2, sizeof gguf2, "%s", t_path("pool2.gguf"));
+    m.pooling = NV_POOLING_LAST;
+    T_CHECK(nv_gguf_save(&m, tok, "pool", gguf, NV_GGUF_F32, NULL, NULL) == NV_OK, "%s", nv_errmsg());
+    check_pooled("pool-gguf", gguf, exact, text, rows, n - 1, n, d);
+    snprintf(args, sizeof args, "export '%s' -o '%s/'", gguf, dir);
+    T_CHECK(t_nerve(args) == 0, "export to a folder: %s", t_err);
+    cJSON *j = json_in(dir, "1_Pooling/config.json");
+    T_CHECK(cJSON_IsTrue(cJSON_GetObjectItem(j, "pooling_mode_lasttoken")) && cJSON_IsFalse(cJSON_GetObjectItem(j, "pooling_mode_mean_tokens")),
+            "1_Pooling/config.json");
+    cJSON_Delete(j);
+    check_pooled("pool-hf", dir, exact, text, rows, n - 1, n, d);
+    /* the tokenizer adds EOS: its config says so (the template stays BOS's), then the GGUF made of it */
+    j = json_in(dir, "tokenizer_config.json");
+    T_CHECK(cJSON_IsFalse(cJSON_GetObjectItem(j, "add_eos_token")), "tokenizer_config.json's add_eos_token");
+    cJSON_ReplaceItemInObject(j, "add_eos_token", cJSON_CreateTrue());
+    json_put("pool-hf/tokenizer_config.json", j);
+    check_pooled("pool-hf-eos", dir, exact, text, rows_eos, n, n + 1, d);
+    snprintf(args, sizeof args, "export '%s/' -o '%s'", dir, gguf2);
+    T_CHECK(t_nerve(args) == 0, "export to GGUF: %s", t_err);
+    check_pooled("pool-gguf-eos", gguf2, exact, text, rows_eos, n, n + 1, d);
+    /* or its tokenizer.json's template puts EOS after a text (Qwen3-Embedding's way), the config silent */
+    j = json_in(dir, "tokenizer.json");
+    cJSON *single = cJSON_GetObjectItem(cJSON_GetObjectItem(j, "post_processor"), "single");
+    T_CHECK(cJSON_GetArraySize(single) == 2, "the template's parts: %d", cJSON_GetArraySize(single));
+    cJSON_AddItemToArray(single, cJSON_Parse("{\"SpecialToken\": {\"id\": \"</s>\", \"type_id\": 0}}"));
+    json_put("pool-hf/tokenizer.json", j);
+    j = json_in(dir, "tokenizer_config.json");
+    cJSON_DeleteItemFromObject(j, "add_eos_token");
+    json_put("pool-hf/tokenizer_config.json", j);
+    check_pooled("pool-hf-template", dir, exact, text, rows_eos, n, n + 1, d);
+    /* max pooling: refused */
+    static const char max_cfg[] = "{\"word_embedding_dimension\": 64, \"pooling_mode_max_tokens\": true}";
+    t_write("pool-hf/1_Pooling/config.json", max_cfg, strlen(max_cfg));
+    snprintf(args, sizeof args, "generate -m '%s/' -n 1", dir);
+    T_CHECK(t_nerve(args) == 1 && strstr(t_err, "pooling_mode_max_tokens"), "max pooling: %s", t_err);
+    free(rows), free(rows_eos), free(ids), free(with_eos);
+    nv_tokenizer_free(tok);
+    nv_model_free(&m);
+}
+
 /* ---- auth, CORS, timeouts ----------------------------------------------------------------------- */
 
 static void test_auth_cors_timeout(void) {
@@ -3264,6 +3391,7 @@ int main(void) {
     T_RUN(test_golden_through_api);
     T_RUN(test_prompt_logprobs);
     T_RUN(test_embeddings);
+    T_RUN(test_embedding_pooling);
     T_RUN(test_tool_calls);
     T_RUN(test_xml_tool_calls);
     T_RUN(test_run_folder);

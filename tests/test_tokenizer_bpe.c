@@ -34,8 +34,8 @@ static nv_tokenizer *load_vocab(const vocab_opts *o) {
     return t;
 }
 
-static vocab_opts qwen(void) { return (vocab_opts){"qwen2", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0}; }
-static vocab_opts llama3(void) { return (vocab_opts){"llama-bpe", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0}; }
+static vocab_opts qwen(void) { return (vocab_opts){"qwen2", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0, 0}; }
+static vocab_opts llama3(void) { return (vocab_opts){"llama-bpe", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0, 0}; }
 
 /* The name tokenizer.json's splits sp would be read as. */
 static const char *pre_named(const nv_bpe_splits *sp) {
@@ -83,7 +83,7 @@ static void expect_ids(const nv_tokenizer *t, const char *text, int bos, const i
     } while (0)
 
 static void test_merges_by_rank_within_pieces(void) {
-    nv_tokenizer *t = load_vocab(&(vocab_opts){"qwen2", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0});
+    nv_tokenizer *t = load_vocab(&(vocab_opts){"qwen2", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0, 0});
     if (!t) return;
     T_CHECK(nv_tokenizer_byte_level(t) == 1, "byte level");
     EXPECT(t, " the cat", 1, id_of(t, " the"), id_of(t, " cat"));
@@ -106,7 +106,7 @@ static void test_merges_by_rank_within_pieces(void) {
 }
 
 static void test_llama3_split_and_ignore_merges(void) {
-    nv_tokenizer *t = load_vocab(&(vocab_opts){"llama-bpe", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0});
+    nv_tokenizer *t = load_vocab(&(vocab_opts){"llama-bpe", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0, 0});
     if (!t) return;
     /* digits in threes: "12345" -> "123" "45" */
     EXPECT(t, "12345", 0, id_of(t, "12"), '3', '4', '5');
@@ -114,7 +114,7 @@ static void test_llama3_split_and_ignore_merges(void) {
     /* llama-bpe asks for BOS unless the file says otherwise */
     EXPECT(t, "at", 1, ID_ENDOFTEXT, id_of(t, "at"));
     nv_tokenizer_free(t);
-    t = load_vocab(&(vocab_opts){"llama-bpe", ID_ENDOFTEXT, ID_IM_END, 0, -1, 0, 0});
+    t = load_vocab(&(vocab_opts){"llama-bpe", ID_ENDOFTEXT, ID_IM_END, 0, -1, 0, 0, 0});
     if (!t) return;
     EXPECT(t, "at", 1, id_of(t, "at"));
     nv_tokenizer_free(t);
@@ -123,7 +123,7 @@ static void test_llama3_split_and_ignore_merges(void) {
 /* llama.cpp's dbrx (OLMo 2's vocabulary): Llama 3's split with every piece merged, a whole-word
  * token not taken, no BOS unless asked; tokenizer.json says it as that regex with ignore_merges false. */
 static void test_dbrx_split_merges_whole_words(void) {
-    nv_tokenizer *t = load_vocab(&(vocab_opts){"dbrx", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0});
+    nv_tokenizer *t = load_vocab(&(vocab_opts){"dbrx", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0, 0});
     if (!t) return;
     EXPECT(t, "12345", 0, id_of(t, "12"), '3', '4', '5');
     EXPECT(t, " there", 0, id_of(t, " the"), 'r', 'e');
@@ -282,7 +282,7 @@ static void test_refused(void) {
 
 /* No pre-tokenizer named: GPT-2's split (digits together, no ignore_merges, no BOS). */
 static void test_gpt2_default(void) {
-    nv_tokenizer *t = load_vocab(&(vocab_opts){NULL, -1, -1, -1, -1, 0, 0});
+    nv_tokenizer *t = load_vocab(&(vocab_opts){NULL, -1, -1, -1, -1, 0, 0, 0});
     if (!t) return;
     EXPECT(t, "12 the", 1, id_of(t, "12"), id_of(t, " the"));
     T_CHECK(nv_tokenizer_bos(t) == -1, "no BOS");
@@ -298,14 +298,14 @@ static void test_gpt2_default(void) {
  * ("a  12" under GPT-2's split keeps a space for the number and merges "12"). scripts/hf_check.sh
  * compares it with transformers.js on a real vocabulary. */
 static void test_smollm_digits(void) {
-    nv_tokenizer *t = load_vocab(&(vocab_opts){"smollm", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0});
-    nv_tokenizer *g = load_vocab(&(vocab_opts){"gpt-2", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0});
+    nv_tokenizer *t = load_vocab(&(vocab_opts){"smollm", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0, 0});
+    nv_tokenizer *g = load_vocab(&(vocab_opts){"gpt-2", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0, 0});
     if (!t || !g) return;
     EXPECT(t, "a  12", 1, id_of(t, "a"), id_of(t, "  "), id_of(t, "1"), id_of(t, "2"));
     EXPECT(g, "a  12", 1, id_of(g, "a"), id_of(g, " "), id_of(g, " "), id_of(g, "12"));
     EXPECT(t, "the 12the", 1, id_of(t, "t"), id_of(t, "he"), id_of(t, " "), id_of(t, "1"), id_of(t, "2"), id_of(t, "t"), id_of(t, "he"));
     /* Granite 3's files name it "refact" (llama.cpp runs its split as SmolLM's) */
-    nv_tokenizer *r = load_vocab(&(vocab_opts){"refact", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0});
+    nv_tokenizer *r = load_vocab(&(vocab_opts){"refact", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0, 0});
     if (r) EXPECT(r, "a  12", 1, id_of(r, "a"), id_of(r, "  "), id_of(r, "1"), id_of(r, "2"));
     nv_tokenizer_free(r);
     nv_tokenizer_free(t);
@@ -317,9 +317,9 @@ static void test_smollm_digits(void) {
  * as it does under GPT-2's split), digits in threes ("1212": "121" "2"), whole words not taken
  * (no ignore_merges), a contraction stays with its word; tokenizer.json's pattern names it. */
 static void test_gpt4o_split(void) {
-    nv_tokenizer *t = load_vocab(&(vocab_opts){"gpt-4o", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0});
-    nv_tokenizer *g = load_vocab(&(vocab_opts){"gpt-2", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0});
-    nv_tokenizer *l4 = load_vocab(&(vocab_opts){"llama4", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0});
+    nv_tokenizer *t = load_vocab(&(vocab_opts){"gpt-4o", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0, 0});
+    nv_tokenizer *g = load_vocab(&(vocab_opts){"gpt-2", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0, 0});
+    nv_tokenizer *l4 = load_vocab(&(vocab_opts){"llama4", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0, 0});
     if (!t || !g || !l4) return;
     EXPECT(t, "aCat", 0, 'a', 'C', id_of(t, "at"));
     EXPECT(l4, "aCat", 0, 'a', 'C', id_of(t, "at"));
@@ -342,7 +342,7 @@ static void test_gpt4o_split(void) {
  * with one opens the block, a spent budget's close is that one token, and a grammar allowing the block
  * takes the token itself. */
 static void test_think_control_tokens(void) {
-    nv_tokenizer *t = load_vocab(&(vocab_opts){"tekken", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 3});
+    nv_tokenizer *t = load_vocab(&(vocab_opts){"tekken", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 3, 0});
     if (!t) return;
     const int open = N_TOKENS, close = N_TOKENS + 1;
     EXPECT(t, "at[THINK]at[/THINK]", 0, id_of(t, "at"), open, id_of(t, "at"), close);
@@ -364,7 +364,7 @@ static void test_think_control_tokens(void) {
     free(mask);
     nv_tokenizer_free(t);
     /* as serve and chat show them: both of Mistral's tags for its tags, nothing for <think>'s */
-    t = load_vocab(&(vocab_opts){"tekken", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 3});
+    t = load_vocab(&(vocab_opts){"tekken", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 3, 0});
     if (!t) return;
     nv_think_show_tags(t, NV_THINK_ANGLE);
     T_CHECK(!strcmp(nv_tokenizer_decode(t, 0, open), ""), "<think>'s tags show nothing");
@@ -389,7 +389,7 @@ static void test_call_control_tokens(void) {
     } cases[] = {{NV_TOOLS_HERMES, "---"}, {NV_TOOLS_MISTRAL_ARGS, "TA-"}, {NV_TOOLS_MISTRAL_CALL_ID, "TAC"}};
     const char *answer = "[TOOL_CALLS]play[CALL_ID]a1B2c3D4e[ARGS]{}";
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-        nv_tokenizer *t = load_vocab(&(vocab_opts){"tekken", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 4});
+        nv_tokenizer *t = load_vocab(&(vocab_opts){"tekken", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 4, 0});
         if (!t) return;
         nv_chat_show_tool_tokens(t, NV_CHAT_CHATML, cases[c].style);
         for (int k = 0; k < 3; k++) {
@@ -420,7 +420,7 @@ static void test_call_control_tokens(void) {
         nv_tokenizer_free(t);
     }
     /* Mistral's v3 template: its [TOOL_CALLS] alone, whatever the Jinja style */
-    nv_tokenizer *t = load_vocab(&(vocab_opts){"tekken", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 4});
+    nv_tokenizer *t = load_vocab(&(vocab_opts){"tekken", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 4, 0});
     if (!t) return;
     nv_chat_show_tool_tokens(t, NV_CHAT_MISTRAL, NV_TOOLS_HERMES);
     T_CHECK(!strcmp(nv_tokenizer_decode(t, 0, N_TOKENS), "[TOOL_CALLS]") && !strcmp(nv_tokenizer_decode(t, 0, N_TOKENS + 1), ""),
@@ -432,7 +432,7 @@ static void test_call_control_tokens(void) {
  * GPT-4o's word split ("aCat": "a" "Cat"), every digit a piece ("1212": no "12"), whole-word tokens
  * taken (ignore_merges, as llama.cpp runs it), BOS asked for unless the file says otherwise. */
 static void test_tekken_split(void) {
-    nv_tokenizer *t = load_vocab(&(vocab_opts){"tekken", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0});
+    nv_tokenizer *t = load_vocab(&(vocab_opts){"tekken", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0, 0});
     if (!t) return;
     EXPECT(t, "aCat", 0, 'a', 'C', id_of(t, "at"));
     EXPECT(t, "1212", 0, '1', '2', '1', '2');
@@ -451,10 +451,10 @@ static void test_tekken_split(void) {
  * run with the space before it, punctuation apart. DeepSeek LLM's: numbers whole ("12"), line breaks
  * apart. DeepSeek-V3's: numbers in threes ("121" "2"), line breaks together. All put BOS first. */
 static void test_deepseek_splits(void) {
-    nv_tokenizer *c = load_vocab(&(vocab_opts){"deepseek-coder", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0});
-    nv_tokenizer *l = load_vocab(&(vocab_opts){"deepseek-llm", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0});
-    nv_tokenizer *v3 = load_vocab(&(vocab_opts){"deepseek-v3", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0});
-    nv_tokenizer *g = load_vocab(&(vocab_opts){"gpt-2", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0});
+    nv_tokenizer *c = load_vocab(&(vocab_opts){"deepseek-coder", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0, 0});
+    nv_tokenizer *l = load_vocab(&(vocab_opts){"deepseek-llm", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0, 0});
+    nv_tokenizer *v3 = load_vocab(&(vocab_opts){"deepseek-v3", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0, 0});
+    nv_tokenizer *g = load_vocab(&(vocab_opts){"gpt-2", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0, 0});
     if (!c || !l || !v3 || !g) return;
     EXPECT(c, "a 12", 0, 'a', ' ', '1', '2');
     EXPECT(l, "a 12", 0, 'a', ' ', id_of(l, "12"));
@@ -484,6 +484,7 @@ static void test_write_read_back(void) {
     for (int v = 0; v < 2; v++) {
         vocab_opts o = v ? llama3() : qwen();
         if (v) o.add_bos = 0;
+        else o.add_eos = 1; /* (an embedding model's vocabulary: EOS after each input) */
         nv_tokenizer *t = load_vocab(&o), *u = NULL;
         if (!t) return;
         char path[256];
@@ -503,6 +504,8 @@ static void test_write_read_back(void) {
         }
         nv_bpe_view a, b;
         T_CHECK(nv_tokenizer_bpe_view(t, &a) && nv_tokenizer_bpe_view(u, &b), "views");
+        T_CHECK(nv_tokenizer_adds_eos(t) == !v && nv_tokenizer_adds_eos(u) == !v, "add_eos_token %d, read back %d", nv_tokenizer_adds_eos(t),
+                nv_tokenizer_adds_eos(u));
         T_CHECK(a.bos == b.bos && a.eos == b.eos && a.add_bos == b.add_bos && a.n_merges == b.n_merges &&
                     !strcmp(a.pre, b.pre) && !memcmp(a.merge_pair, b.merge_pair, 2 * sizeof(int32_t) * (size_t)a.n_merges),
                 "specials, merges and pre-tokenizer kept");
@@ -697,7 +700,7 @@ static void test_fill_in_the_middle(void) {
                     strstr(e.message, olla_bad[i].said),
                 "ollama case %zu: %d %s", i, e.status, e.message);
     nv_tokenizer_free(t);
-    t = load_vocab(&(vocab_opts){"qwen2", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0}); /* no markers */
+    t = load_vocab(&(vocab_opts){"qwen2", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0, 0}); /* no markers */
     if (!t) return;
     ctx.tok = t, ctx.vocab_size = N_TOKENS;
     memset(&e, 0, sizeof e);
@@ -729,7 +732,7 @@ static int put_text(const nv_tokenizer *t, const char *text, int *out) {
 /* llama.cpp's native body is read as an OpenAI one with its own fields taken out: a key given twice
  * is taken out whole (the second "logprobs" once surfaced as logprobs without n_probs; fuzz_api). */
 static void test_native_repeated_keys(void) {
-    nv_tokenizer *t = load_vocab(&(vocab_opts){"qwen2", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0});
+    nv_tokenizer *t = load_vocab(&(vocab_opts){"qwen2", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0, 0});
     if (!t) return;
     nv_api_ctx ctx = {.model_id = "m", .tok = t, .tmpl = NV_CHAT_CHATML, .seq_len = 4096, .vocab_size = N_TOKENS, .capacity = 4000, .reasoning = 0, .dim = 64};
     static const char body[] = "{\"prompt\":\"cat\",\"max_tokens\":3,\"logprobs\":5,\"logprobs\":5,\"seed\":-1,\"seed\":-1}";
@@ -806,7 +809,7 @@ static void test_infill_native(void) {
         }
         nv_tokenizer_free(t);
     }
-    nv_tokenizer *t = load_vocab(&(vocab_opts){"qwen2", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0}); /* no markers */
+    nv_tokenizer *t = load_vocab(&(vocab_opts){"qwen2", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0, 0}); /* no markers */
     if (!t) return;
     nv_api_ctx ctx = {.model_id = "m", .tok = t, .tmpl = NV_CHAT_CHATML, .seq_len = 4096, .vocab_size = N_TOKENS, .capacity = 4000, .reasoning = 0, .dim = 64};
     nv_api_request r;
@@ -820,7 +823,7 @@ static void test_infill_native(void) {
  * and, where the space makes a word of its own of as many tokens, after one space; a sequence's
  * last token is then never sampled after the rest of it. */
 static void test_bad_words_tokens(void) {
-    nv_tokenizer *t = load_vocab(&(vocab_opts){"qwen2", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0});
+    nv_tokenizer *t = load_vocab(&(vocab_opts){"qwen2", ID_ENDOFTEXT, ID_IM_END, -1, -1, 0, 0, 0});
     if (!t) return;
     nv_api_ctx ctx = {.model_id = "m", .tok = t, .tmpl = NV_CHAT_CHATML, .seq_len = 4096, .vocab_size = N_TOKENS, .capacity = 4000, .dim = 64};
     nv_api_request r;

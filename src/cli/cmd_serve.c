@@ -57,7 +57,7 @@ static void usage(FILE *f) {
             "                   [--chat-template plain|chatml|llama2|llama3|deepseek|phi3|gemma|granite|mistral|phi4-mini|phi4|olmo2|smollm3 |\n"
             "                    --chat-template-file F] [--jinja] [--reasoning-format auto|none|deepseek]\n"
             "                   [--reasoning-budget N] [--reasoning-budget-message TEXT] [--reasoning-effort LEVEL] [--scheduling-policy fcfs|priority] [--no-preemption]\n"
-            "                   [--kv-overcommit]\n"
+            "                   [--kv-overcommit] [--pooling mean|cls|last]\n"
             "                   [--rerank-tokens YES[,NO]] [--rerank-template F] [--rerank-instruction TEXT]\n"
             "                   [--max-batch N] [--prefill-chunk N] [--spec-tokens N] [--spec-lookup-min N] [--spec-lookup-max N]\n"
             "                   [--prediction-tokens N]\n"
@@ -119,6 +119,9 @@ static void usage(FILE *f) {
             "                       message '<Instruct>: I\\n<Query>: Q\\n<Document>: D', thinking off)\n"
             "  --rerank-instruction TEXT\n"
             "                       what {instruction} says (default: Qwen3-Reranker's web search instruction)\n"
+            "  --pooling P          how an embedding pools its input's final-norm rows: mean, cls (the first) or last\n"
+            "                       (Qwen3-Embedding's) (default: the model's pooling_type, or a sentence-transformers\n"
+            "                       folder's 1_Pooling, else mean)\n"
             "  --reasoning-format F auto, none or deepseek: a chat answer's leading <think>...</think> (Qwen3, DeepSeek-R1;\n"
             "                       [THINK]...[/THINK] where the template writes Mistral's tags: Magistral)\n"
             "                       goes to message.reasoning_content (delta.reasoning_content streamed); a prompt\n"
@@ -354,7 +357,7 @@ int cli_serve_run(int argc, char **argv, const cli_serve_job *job) {
     cli_spec spec = CLI_SPEC_DEFAULTS;
     const char *cache_dir = NULL, *files_dir = NULL;
     uint64_t files_max = 2ull << 30;
-    int batch_parallel = 0, ft_nice = 10, ft_yield = 1, run_jinja = -1;
+    int batch_parallel = 0, ft_nice = 10, ft_yield = 1, run_jinja = -1, pooling = NV_POOLING_DEFAULT;
     const char *rerank_tokens = NULL, *rerank_file = NULL, *rerank_instruction = NULL;
     nv_kv_dtype kv_dtype = NV_KV_F16;
     nv_swa_cache swa_cache = NV_SWA_AUTO;
@@ -416,6 +419,9 @@ int cli_serve_run(int argc, char **argv, const cli_serve_job *job) {
         else if (!strcmp(a, "--rerank-tokens")) rerank_tokens = v;
         else if (!strcmp(a, "--rerank-template")) rerank_file = v;
         else if (!strcmp(a, "--rerank-instruction")) rerank_instruction = v;
+        else if (!strcmp(a, "--pooling")) {
+            if ((pooling = nv_pooling_of(v)) < 0) return cli_error(CMD, 2, "--pooling takes mean, cls or last, not '%s'", v);
+        }
         else if (!strcmp(a, "--reasoning-format")) {
             if (strcmp(v, "none") && strcmp(v, "deepseek") && strcmp(v, "auto"))
                 return cli_error(CMD, 2, "--reasoning-format takes auto, none or deepseek, not '%s'", v);
@@ -626,6 +632,7 @@ int cli_serve_run(int argc, char **argv, const cli_serve_job *job) {
                         .step_delay_ms = step_delay_ms,
                         .no_preempt = no_preempt,
                         .overcommit = overcommit,
+                        .pooling = pooling ? pooling : model.pooling ? model.pooling : NV_POOLING_MEAN,
                         .prefix_cache = prefix_cache,
                         .ram_cache_bytes = ram_cache,
                         .disk_dir = cache_dir,
@@ -647,6 +654,9 @@ int cli_serve_run(int argc, char **argv, const cli_serve_job *job) {
         goto done;
     }
     sched_ok = 1;
+    if (so.pooling != NV_POOLING_MEAN)
+        nv_info("serve: embeddings pool the %s token (%s)", so.pooling == NV_POOLING_LAST ? "last" : "first",
+                pooling ? "--pooling" : "the model's pooling type");
     if (swa_cache == NV_SWA_AUTO && sched.wring)
         nv_info("serve: every layer's keys and values of the context of %d positions would not fit --kv-memory: the "
                 "windowed layers keep only their window (--swa-cache full keeps every position)",

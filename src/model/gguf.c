@@ -1327,6 +1327,21 @@ static nv_err take_cls_head(const nv_gguf *g, nv_model *m) {
     return NV_OK;
 }
 
+/* {arch}.pooling_type (llama.cpp's numbers): mean, the first row or the last in m->pooling; none (0),
+ * rank (4) and unspecified (-1) leave the server's default. */
+static nv_err take_pooling(const nv_gguf *g, nv_model *m) {
+    size_t an = 0;
+    const char *arch = nv_gguf_string(g, "general.architecture", &an);
+    char key[96];
+    snprintf(key, sizeof key, "%.*s.pooling_type", (int)(an < 64 ? an : 64), arch ? arch : "");
+    if (!arch || !nv_gguf_find(g, key)) return NV_OK;
+    int64_t v;
+    NV_TRY(get_int(g, key, 0, &v));
+    if (v < -1 || v > 4) return nv_fail(NV_EFORMAT, "%s: its pooling_type is %lld, not one of -1 to 4", g->path, (long long)v);
+    m->pooling = v >= NV_POOLING_MEAN && v <= NV_POOLING_LAST ? (int)v : NV_POOLING_DEFAULT;
+    return NV_OK;
+}
+
 static nv_err load_model(const char *path, nv_model *m, int pending) {
     memset(m, 0, sizeof *m);
     nv_gguf g;
@@ -1339,7 +1354,8 @@ static nv_err load_model(const char *path, nv_model *m, int pending) {
     if (e == NV_OK) e = take_all(&g, &c, NULL);
     if (e == NV_OK) e = nv_model_alloc(m, &c);
     if (e == NV_OK && ((e = take_quant(&g, m, pending)) != NV_OK || (e = take_all(&g, &c, m)) != NV_OK ||
-                       (neox && (e = nv_model_qk_reorder(m, 0)) != NV_OK) || (e = take_cls_head(&g, m)) != NV_OK))
+                       (neox && (e = nv_model_qk_reorder(m, 0)) != NV_OK) || (e = take_cls_head(&g, m)) != NV_OK ||
+                       (e = take_pooling(&g, m)) != NV_OK))
         nv_model_free(m);
     if (e == NV_OK && m->quant) { /* the raw sources point into the mapping: the model keeps it */
         m->source_map = g.map;
@@ -1567,6 +1583,7 @@ static nv_err vocab_meta(const nv_gguf *g, nv_gguf_bpe *v) {
     if (e == NV_OK) e = get_token_id(g, "tokenizer.ggml.eom_token_id", v->n_tokens, &v->eom);
     if (e == NV_OK) e = get_token_id(g, "tokenizer.ggml.unknown_token_id", v->n_tokens, &v->unk);
     if (e == NV_OK) e = get_bool(g, "tokenizer.ggml.add_bos_token", -1, &v->add_bos);
+    if (e == NV_OK) e = get_bool(g, "tokenizer.ggml.add_eos_token", -1, &v->add_eos);
     if (e == NV_OK) e = get_bool(g, "tokenizer.ggml.add_space_prefix", -1, &v->add_space);
     return e;
 }
@@ -1658,6 +1675,10 @@ static int vocab_kvs_bpe(nv_buf *b, const nv_tokenizer *tok, const nv_bpe_view *
             count++;
         }
     kv_bool(b, "tokenizer.ggml.add_bos_token", v->add_bos != 0);
+    if (nv_tokenizer_adds_eos(tok)) {
+        kv_bool(b, "tokenizer.ggml.add_eos_token", 1);
+        count++;
+    }
     return count;
 }
 
@@ -1697,11 +1718,16 @@ static int vocab_kvs(nv_buf *b, const nv_tokenizer *tok) {
     kv_u32(b, "tokenizer.ggml.unknown_token_id", (uint32_t)nv_tokenizer_unk(tok));
     kv_u32(b, "tokenizer.ggml.bos_token_id", (uint32_t)nv_tokenizer_bos(tok));
     kv_u32(b, "tokenizer.ggml.eos_token_id", (uint32_t)nv_tokenizer_eos(tok));
+    int count = 7;
     if (!nv_tokenizer_space_prefix(tok)) { /* SentencePiece's dummy prefix off, as the vocabulary read said */
         kv_bool(b, "tokenizer.ggml.add_space_prefix", 0);
-        return 8;
+        count++;
     }
-    return 7;
+    if (nv_tokenizer_adds_eos(tok)) {
+        kv_bool(b, "tokenizer.ggml.add_eos_token", 1);
+        count++;
+    }
+    return count;
 }
 
 /* x (n values, n a multiple of 32) as Q8_0 blocks, as llama.cpp's quantize_row_q8_0_ref. */
@@ -2478,6 +2504,7 @@ nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name
         kv_u32(&b, "mistral3.attention.temperature_length", (uint32_t)c->attn_temp_len);
         n_kv += 2;
     }
+    if (m->pooling) kv_u32(&b, akey(k, sizeof k, arch, "pooling_type"), (uint32_t)m->pooling), n_kv++;
     if (tok) n_kv += (uint64_t)vocab_kvs(&b, tok);
     if (chat_template) kv_str(&b, "tokenizer.chat_template", chat_template), n_kv++;
     /* an importance matrix: each entry a quantized matrix uses must have its row's width (checked

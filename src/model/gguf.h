@@ -229,6 +229,7 @@ typedef struct {
     int32_t *tok_type; /* llama.cpp's: 1 normal, 2 unknown, 3 control, 4 user-defined, 5 unused, 6 byte */
     char pre[64];      /* tokenizer.ggml.pre, "" when absent */
     int bos, eos, eot, eom, unk, add_bos;
+    int add_eos;   /* tokenizer.ggml.add_eos_token (an embedding model's input ends with EOS), -1 when absent */
     int add_space; /* tokenizer.ggml.add_space_prefix (SentencePiece's dummy prefix), -1 when absent */
 } nv_gguf_bpe;
 nv_err nv_gguf_bpe_vocab(const nv_gguf *g, nv_gguf_bpe *v);

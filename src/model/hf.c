@@ -869,10 +869,40 @@ static nv_err hf_load(const char *config_path, nv_config *c, nv_model *m, int qu
 
 nv_err nv_hf_read_config(const char *config_path, nv_config *c) { return hf_load(config_path, c, NULL, 0); }
 
+/* A sentence-transformers folder's pooling (1_Pooling/config.json's mode): the mean, the first
+ * token or the last; none said leaves the server's default. Max and weighted pooling are refused:
+ * an embedding pooled otherwise would be silently wrong. */
+static nv_err folder_pooling(const char *config_path, int *out) {
+    char p[HF_PATH];
+    cJSON *pc;
+    *out = NV_POOLING_DEFAULT;
+    NV_TRY(json_file(sibling(config_path, "1_Pooling/config.json", p, sizeof p), 1, &pc));
+    static const struct {
+        const char *key;
+        int pooling;
+    } modes[] = {{"pooling_mode_mean_tokens", NV_POOLING_MEAN}, {"pooling_mode_cls_token", NV_POOLING_CLS},
+                 {"pooling_mode_lasttoken", NV_POOLING_LAST}, {"pooling_mode_max_tokens", -1},
+                 {"pooling_mode_mean_sqrt_len_tokens", -1}, {"pooling_mode_weightedmean_tokens", -1}};
+    nv_err e = NV_OK;
+    for (size_t i = 0; pc && e == NV_OK && i < sizeof modes / sizeof modes[0]; i++) {
+        int yes = 0;
+        e = get_flag(p, pc, modes[i].key, 0, &yes);
+        if (e == NV_OK && yes && (modes[i].pooling < 0 || *out != NV_POOLING_DEFAULT))
+            e = nv_fail(NV_EUNSUPPORTED, "%s: '%s' is not supported (one of mean, CLS or the last token)", p, modes[i].key);
+        else if (e == NV_OK && yes) *out = modes[i].pooling;
+    }
+    cJSON_Delete(pc);
+    return e;
+}
+
 nv_err nv_hf_load_model(const char *config_path, nv_model *m, int quantized) {
     memset(m, 0, sizeof *m);
     nv_config c;
-    return hf_load(config_path, &c, m, quantized);
+    int pooling;
+    NV_TRY(folder_pooling(config_path, &pooling));
+    NV_TRY(hf_load(config_path, &c, m, quantized));
+    m->pooling = pooling;
+    return NV_OK;
 }
 
 /* ---- tokenizer.json ----------------------------------------------------------------------------- */
@@ -921,21 +951,25 @@ static const char *special_text(const cJSON *cfg, const char *key) {
 
 /* The first special token of a TemplateProcessing post-processor (also inside a Sequence):
  * the BOS it prepends. */
-static const char *template_bos(const cJSON *pp) {
+static const char *template_end(const cJSON *pp, int last) {
     const char *type = str_of(field(pp, "type"));
     if (!type) return NULL;
     if (!strcmp(type, "Sequence")) {
         const cJSON *each;
         cJSON_ArrayForEach(each, field(pp, "processors")) {
-            const char *b = template_bos(each);
+            const char *b = template_end(each, last);
             if (b) return b;
         }
         return NULL;
     }
     if (strcmp(type, "TemplateProcessing")) return NULL;
-    const cJSON *first = cJSON_GetArrayItem(field(pp, "single"), 0);
-    return str_of(field(field(first, "SpecialToken"), "id"));
+    const cJSON *single = field(pp, "single");
+    const cJSON *end = cJSON_GetArrayItem(single, last ? cJSON_GetArraySize(single) - 1 : 0);
+    return str_of(field(field(end, "SpecialToken"), "id"));
 }
+static const char *template_bos(const cJSON *pp) { return template_end(pp, 0); }
+/* The special token the template puts after a text (Qwen3-Embedding's <|endoftext|>), or NULL. */
+static const char *template_eos(const cJSON *pp) { return template_end(pp, 1); }
 
 /* A normalizer or pre-tokenizer's type (a Sequence's members in order, joined by '+'), shown in
  * out (nv_gguf_shown: one line of printable ASCII). */
@@ -1187,6 +1221,16 @@ static nv_err vocab_read(const char *path, nv_hf_vocab *v) {
     if (err == NV_OK) err = id_of(path, &x, special_text(cfg, "eos_token"), "EOS", &b->eos);
     if (err == NV_OK) err = get_flag(path, cfg, "add_bos_token", pp_bos ? 1 : -1, &b->add_bos);
     b->eot = b->eom = -1;
+    /* a template that ends a text with a special token: the vocabulary adds it as EOS (llama.cpp's
+       reading; one other than eos_token becomes EOS, and eos_token the end of a turn) */
+    const char *pp_eos = template_eos(field(root, "post_processor"));
+    const int end_id = pp_eos ? index_find(&x, pp_eos, strlen(pp_eos)) : -1;
+    if (err == NV_OK && end_id >= 0 && end_id != b->bos) {
+        if (b->eos >= 0 && b->eos != end_id) b->eot = b->eos;
+        b->eos = end_id;
+        b->add_eos = 1;
+    }
+    if (err == NV_OK) err = get_flag(path, cfg, "add_eos_token", b->add_eos, &b->add_eos);
     if (err == NV_OK && !byte_fallback) {
         v->byte_level = 1;
         err = byte_level_norm(path, field(root, "normalizer"), &v->nfc);
@@ -1280,6 +1324,35 @@ static nv_err write_json(const char *dir, const char *name, const cJSON *j) {
     return e;
 }
 
+/* An embedding model's pooling as sentence-transformers keeps it (folder_pooling reads it back):
+ * modules.json (the model, its pooling, unit length) and 1_Pooling/config.json. */
+static nv_err write_pooling(const char *dir, int pooling, int dim) {
+    char sub[HF_PATH];
+    snprintf(sub, sizeof sub, "%s/1_Pooling", dir);
+    NV_TRY(nv_mkdirs(sub));
+    static const char *const types[][2] = {{"", "Transformer"}, {"1_Pooling", "Pooling"}, {"2_Normalize", "Normalize"}};
+    cJSON *mods = cJSON_CreateArray(), *pc = cJSON_CreateObject();
+    for (int i = 0; i < 3; i++) {
+        cJSON *o = cJSON_CreateObject();
+        char name[2] = {(char)('0' + i), 0}, type[64];
+        snprintf(type, sizeof type, "sentence_transformers.models.%s", types[i][1]);
+        cJSON_AddNumberToObject(o, "idx", i);
+        cJSON_AddStringToObject(o, "name", name);
+        cJSON_AddStringToObject(o, "path", types[i][0]);
+        cJSON_AddStringToObject(o, "type", type);
+        cJSON_AddItemToArray(mods, o);
+    }
+    cJSON_AddNumberToObject(pc, "word_embedding_dimension", dim);
+    cJSON_AddBoolToObject(pc, "pooling_mode_cls_token", pooling == NV_POOLING_CLS);
+    cJSON_AddBoolToObject(pc, "pooling_mode_mean_tokens", pooling == NV_POOLING_MEAN);
+    cJSON_AddBoolToObject(pc, "pooling_mode_lasttoken", pooling == NV_POOLING_LAST);
+    nv_err e = write_json(dir, "modules.json", mods);
+    if (e == NV_OK) e = write_json(dir, "1_Pooling/config.json", pc);
+    cJSON_Delete(mods);
+    cJSON_Delete(pc);
+    return e;
+}
+
 /* A piece as tokenizer.json spells it: a llama2.c piece's spaces as U+2581, its BOS/EOS plainly. */
 static char *spelled(const nv_tokenizer *tok, int id, int spm) {
     const char *p = nv_tokenizer_special_text(tok, id);
@@ -1314,27 +1387,31 @@ static cJSON *typed(const char *type) {
     return o;
 }
 
-/* A post-processor prepending bos (transformers' TemplateProcessing). */
-static cJSON *bos_template(const char *bos, int bos_id) {
+/* A post-processor putting bos before a text and eos after it (transformers' TemplateProcessing);
+ * either NULL for none. */
+static cJSON *end_template(const char *bos, int bos_id, const char *eos, int eos_id) {
     cJSON *pp = typed("TemplateProcessing"), *single = cJSON_AddArrayToObject(pp, "single"), *pair = cJSON_AddArrayToObject(pp, "pair");
     for (int k = 0; k < 2; k++) {
         cJSON *list = k ? pair : single;
-        for (int part = 0; part < (k ? 2 : 1); part++) {
-            cJSON *st = cJSON_CreateObject(), *sq = cJSON_CreateObject();
-            cJSON *sti = cJSON_AddObjectToObject(st, "SpecialToken"), *sqi = cJSON_AddObjectToObject(sq, "Sequence");
-            cJSON_AddStringToObject(sti, "id", bos);
-            cJSON_AddNumberToObject(sti, "type_id", part);
-            cJSON_AddStringToObject(sqi, "id", part ? "B" : "A");
-            cJSON_AddNumberToObject(sqi, "type_id", part);
-            cJSON_AddItemToArray(list, st);
-            cJSON_AddItemToArray(list, sq);
-        }
+        for (int part = 0; part < (k ? 2 : 1); part++)
+            for (int item = 0; item < 3; item++) {
+                const char *special = item == 0 ? bos : item == 2 ? eos : NULL;
+                if (item != 1 && !special) continue;
+                cJSON *o = cJSON_CreateObject(), *in = cJSON_AddObjectToObject(o, item == 1 ? "Sequence" : "SpecialToken");
+                cJSON_AddStringToObject(in, "id", item == 1 ? (part ? "B" : "A") : special);
+                cJSON_AddNumberToObject(in, "type_id", part);
+                cJSON_AddItemToArray(list, o);
+            }
     }
-    cJSON *sp = cJSON_AddObjectToObject(pp, "special_tokens"), *b = cJSON_AddObjectToObject(sp, bos);
-    cJSON_AddStringToObject(b, "id", bos);
-    cJSON_AddItemToObject(b, "ids", cJSON_CreateIntArray(&bos_id, 1));
-    cJSON *toks = cJSON_AddArrayToObject(b, "tokens");
-    cJSON_AddItemToArray(toks, cJSON_CreateString(bos));
+    cJSON *sp = cJSON_AddObjectToObject(pp, "special_tokens");
+    for (int item = 0; item < 2; item++) {
+        const char *special = item ? eos : bos;
+        if (!special || cJSON_GetObjectItemCaseSensitive(sp, special)) continue;
+        cJSON *b = cJSON_AddObjectToObject(sp, special);
+        cJSON_AddStringToObject(b, "id", special);
+        cJSON_AddItemToObject(b, "ids", cJSON_CreateIntArray(item ? &eos_id : &bos_id, 1));
+        cJSON_AddItemToArray(cJSON_AddArrayToObject(b, "tokens"), cJSON_CreateString(special));
+    }
     return pp;
 }
 
@@ -1398,7 +1475,8 @@ static nv_err spm_merges(const nv_tokenizer *tok, spm_merge **out, int *count) {
 static nv_err tokenizer_files(const nv_tokenizer *tok, const nv_config *c, cJSON **tj_out, cJSON **tc_out) {
     nv_bpe_view bv;
     const int byte_level = nv_tokenizer_bpe_view(tok, &bv), spm = !byte_level, n = nv_tokenizer_vocab_size(tok);
-    const int bos = nv_tokenizer_bos(tok), eos = nv_tokenizer_eos(tok), add_bos = nv_tokenizer_adds_bos(tok);
+    const int bos = nv_tokenizer_bos(tok), eos = nv_tokenizer_eos(tok), add_bos = nv_tokenizer_adds_bos(tok) && bos >= 0,
+              add_eos = nv_tokenizer_adds_eos(tok);
     cJSON *tj = cJSON_CreateObject(), *tc = cJSON_CreateObject();
     *tj_out = tj;
     *tc_out = tc;
@@ -1463,7 +1541,8 @@ static nv_err tokenizer_files(const nv_tokenizer *tok, const nv_config *c, cJSON
         if (bv.nfc) cJSON_AddItemToObject(tj, "normalizer", typed("NFC"));
         else cJSON_AddNullToObject(tj, "normalizer");
         cJSON_AddItemToObject(tj, "pre_tokenizer", pt);
-        if (add_bos && bos >= 0) cJSON_AddItemToObject(tj, "post_processor", bos_template(text[bos], bos));
+        if (add_bos || add_eos)
+            cJSON_AddItemToObject(tj, "post_processor", end_template(add_bos ? text[bos] : NULL, bos, add_eos ? text[eos] : NULL, eos));
         else cJSON_AddNullToObject(tj, "post_processor");
         cJSON *dec = typed("ByteLevel");
         cJSON_AddBoolToObject(dec, "add_prefix_space", 1);
@@ -1504,7 +1583,8 @@ static nv_err tokenizer_files(const nv_tokenizer *tok, const nv_config *c, cJSON
             cJSON_AddItemToObject(tj, "normalizer", rep);
         }
         cJSON_AddNullToObject(tj, "pre_tokenizer");
-        if (add_bos && bos >= 0) cJSON_AddItemToObject(tj, "post_processor", bos_template(text[bos], bos));
+        if (add_bos || add_eos)
+            cJSON_AddItemToObject(tj, "post_processor", end_template(add_bos ? text[bos] : NULL, bos, add_eos ? text[eos] : NULL, eos));
         else cJSON_AddNullToObject(tj, "post_processor");
         cJSON *dec = typed("Sequence"), *dl = cJSON_AddArrayToObject(dec, "decoders"), *drep = typed("Replace");
         cJSON_AddStringToObject(cJSON_AddObjectToObject(drep, "pattern"), "String", "\xE2\x96\x81");
@@ -1528,8 +1608,8 @@ static nv_err tokenizer_files(const nv_tokenizer *tok, const nv_config *c, cJSON
     cJSON_AddItemToObject(model, "vocab", vocab);
     cJSON_AddItemToObject(model, "merges", merges);
     cJSON_AddItemToObject(tj, "model", model);
-    cJSON_AddBoolToObject(tc, "add_bos_token", add_bos && bos >= 0);
-    cJSON_AddBoolToObject(tc, "add_eos_token", 0);
+    cJSON_AddBoolToObject(tc, "add_bos_token", add_bos);
+    cJSON_AddBoolToObject(tc, "add_eos_token", add_eos);
     if (bos >= 0 && e == NV_OK) cJSON_AddStringToObject(tc, "bos_token", text[bos]);
     else cJSON_AddNullToObject(tc, "bos_token");
     if (eos >= 0 && e == NV_OK) cJSON_AddStringToObject(tc, "eos_token", text[eos]);
@@ -1918,7 +1998,7 @@ nv_err nv_hf_save(const nv_model *m, const nv_tokenizer *tok, const char *dir, n
        does not write, which would go with these weights, go */
     static const char *const stale[] = {"config.json",    "model.safetensors.index.json", "chat_template.jinja",
                                         "chat_template.json", "tokenizer.model", "special_tokens_map.json",
-                                        "added_tokens.json"},
+                                        "added_tokens.json", "modules.json", "1_Pooling/config.json"},
                              *const stale_tok[] = {"tokenizer.json", "tokenizer_config.json"}; /* (written with -z) */
     nv_unlink_in_dir(dir, stale, sizeof stale / sizeof *stale);
     if (!tok) nv_unlink_in_dir(dir, stale_tok, sizeof stale_tok / sizeof *stale_tok);
@@ -1929,6 +2009,7 @@ nv_err nv_hf_save(const nv_model *m, const nv_tokenizer *tok, const char *dir, n
     if (e == NV_OK && tok) e = write_json(dir, "tokenizer.json", tj);
     if (e == NV_OK && tok) e = write_json(dir, "tokenizer_config.json", tc);
     if (e == NV_OK) e = write_json(dir, "generation_config.json", gen);
+    if (e == NV_OK && m->pooling) e = write_pooling(dir, m->pooling, c->dim);
     if (e == NV_OK) e = write_json(dir, "config.json", cfg); /* last: a folder is a model once it is there */
     cJSON_Delete(cfg);
     cJSON_Delete(gen);

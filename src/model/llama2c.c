@@ -89,6 +89,18 @@ static nv_err alloc_params(nv_model *m) {
     return NV_OK;
 }
 
+static const char *const pooling_names[] = {[NV_POOLING_MEAN] = "mean", [NV_POOLING_CLS] = "cls", [NV_POOLING_LAST] = "last"};
+
+const char *nv_pooling_name(int pooling) {
+    return pooling >= NV_POOLING_MEAN && pooling <= NV_POOLING_LAST ? pooling_names[pooling] : NULL;
+}
+
+int nv_pooling_of(const char *name) {
+    for (int p = NV_POOLING_MEAN; p <= NV_POOLING_LAST; p++)
+        if (!strcmp(name, pooling_names[p])) return p;
+    return -1;
+}
+
 nv_err nv_model_alloc(nv_model *m, const nv_config *c) {
     memset(m, 0, sizeof *m);
     NV_TRY(nv_config_validate(c));

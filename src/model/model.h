@@ -118,6 +118,13 @@ static inline void nv_model_expert_of(const nv_config *c, int i, int *l, int *e,
     *l = x / 3 / E, *e = x / 3 % E, *k = x % 3;
 }
 
+/* An embedding's pooling of the final norm's rows (llama.cpp's numbers: pooling_type): the mean
+ * of them, the first (CLS) or the last (a decoder embedding model's: Qwen3-Embedding's). */
+typedef enum { NV_POOLING_DEFAULT = 0, NV_POOLING_MEAN = 1, NV_POOLING_CLS = 2, NV_POOLING_LAST = 3 } nv_pooling;
+/* "mean", "cls", "last" (NULL for another value); and back (-1 for another name). */
+const char *nv_pooling_name(int pooling);
+int nv_pooling_of(const char *name);
+
 typedef struct {
     nv_config config;
     nv_weights w;
@@ -152,6 +159,9 @@ typedef struct {
        n_cls_head biases (zero without cls.output.bias); NULL: none */
     float *cls_head;
     int n_cls_head;
+    /* How the file says an embedding pools a prompt's rows (nv_pooling: a GGUF's {arch}.pooling_type,
+       a sentence-transformers folder's 1_Pooling); NV_POOLING_DEFAULT where it does not */
+    int pooling;
 } nv_model;
 
 /* Points w at the parts of a params block laid out in version-1 order. */

@@ -36,6 +36,7 @@ struct nv_tokenizer {
     char byte_pieces[512]; /* "b\0" for every byte b: decode's answer for <0xXX> pieces */
     uint8_t bigram[256 * 256 / 8]; /* bit (x,y) set: some piece has byte y right after byte x */
     int unk, bos, eos, add_bos; /* llama2.c's: 0, 1, 2, always */
+    int add_eos;                /* an embedding model's inputs end with EOS (its vocabulary says so) */
     int spm_bytes;         /* a GGUF SentencePiece vocabulary's byte tokens are byte_tok's, not llama2.c's b + 3 */
     int eog[16], n_eog;    /* ids that end generation */
     /* Byte-level BPE (a GGUF "gpt2" vocabulary); NULL/0 for llama2.c's. Pieces are stored as
@@ -560,6 +561,7 @@ static nv_err tok_build_bpe(const char *path, const nv_gguf_bpe *v, int vocab_si
     t->eom = id_within(v->eom, n);
     snprintf(t->pre, sizeof t->pre, "%s", v->pre);
     t->add_bos = t->bos >= 0 && (v->add_bos >= 0 ? v->add_bos : add_bos_default);
+    t->add_eos = t->eos >= 0 && v->add_eos > 0;
     t->n_eog = 0;
     add_ends(t);
 
@@ -609,6 +611,7 @@ static nv_err spm_meta_apply(const char *path, nv_tokenizer *t, const nv_gguf_bp
     t->eot = id_within(v->eot, t->n);
     t->eom = id_within(v->eom, t->n);
     if (v->add_bos >= 0) t->add_bos = v->add_bos;
+    t->add_eos = t->eos >= 0 && v->add_eos > 0;
     t->no_space_prefix = v->add_space == 0;
     add_ends(t);
     return index_specials(path, t);
@@ -677,6 +680,7 @@ nv_err nv_tokenizer_load(const char *path, int vocab_size, nv_tokenizer **out) {
         if (e == NV_OK)
             e = v.byte_level ? tok_build_bpe(path, &v.bpe, vocab_size, t) : tok_build(path, &(nv_mapped){v.spm, v.spm_len}, vocab_size, t);
         if (e == NV_OK && v.typed) e = spm_meta_apply(path, t, &v.bpe); /* Gemma's layout */
+        if (e == NV_OK) t->add_eos = t->eos >= 0 && v.bpe.add_eos > 0; /* (llama2.c's layout too) */
         t->nfc = v.nfc;
         t->rstrip = v.rstrip && !v.byte_level; /* (SentencePiece's rule: the byte-level encoder has none) */
         nv_hf_vocab_free(&v);
@@ -697,6 +701,7 @@ int nv_tokenizer_bos(const nv_tokenizer *t) { return t->bos; }
 int nv_tokenizer_unk(const nv_tokenizer *t) { return t->unk; }
 int nv_tokenizer_eos(const nv_tokenizer *t) { return t->eos; }
 int nv_tokenizer_adds_bos(const nv_tokenizer *t) { return t->add_bos; }
+int nv_tokenizer_adds_eos(const nv_tokenizer *t) { return t->add_eos; }
 int nv_tokenizer_byte_level(const nv_tokenizer *t) { return t->byte_level; }
 
 int nv_tokenizer_bpe_view(const nv_tokenizer *t, nv_bpe_view *v) {

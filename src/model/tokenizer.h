@@ -67,6 +67,10 @@ int nv_tokenizer_eos(const nv_tokenizer *t);
 int nv_tokenizer_is_eog(const nv_tokenizer *t, int id);
 /* 1 when encode's bos prepends BOS (llama2.c's always; byte-level ones when they ask for it). */
 int nv_tokenizer_adds_bos(const nv_tokenizer *t);
+/* 1 when the vocabulary asks for EOS after an input (tokenizer.ggml.add_eos_token, a tokenizer.json
+ * template ending with it: embedding models pooling the last token, Qwen3-Embedding's). Encode
+ * appends it only when its eos says so: embeddings' inputs. */
+int nv_tokenizer_adds_eos(const nv_tokenizer *t);
 /* 1 for a byte-level BPE vocabulary. */
 int nv_tokenizer_byte_level(const nv_tokenizer *t);
 /* What a byte-level vocabulary needs to be written out again (pieces: nv_tokenizer_piece). */

@@ -2171,7 +2171,8 @@ static int embed_input(const nv_api_ctx *ctx, const cJSON *in, int i, int listed
             nv_api_error_set(err, E400, NULL, "input", "'%s' must not be empty", param);
             return err->status;
         }
-        if (nv_tokenizer_encode(ctx->tok, in->valuestring, 1, 0, &e->ids[i], &n) != NV_OK) {
+        /* (an embedding model's vocabulary may end each input with EOS: its last-token pooling reads it) */
+        if (nv_tokenizer_encode(ctx->tok, in->valuestring, 1, nv_tokenizer_adds_eos(ctx->tok), &e->ids[i], &n) != NV_OK) {
             nv_api_error_set(err, 500, "server_error", NULL, "input", "cannot tokenize '%s': %s", param, nv_errmsg());
             return err->status;
         }

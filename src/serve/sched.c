@@ -1921,7 +1921,8 @@ static void prompt_logprobs(nv_sched *s, int n) {
 }
 
 /* Embeddings: each embed request's rows of this step through the final norm, summed (loop thread;
- * the rows' residual stream is what the step left in the batch state). */
+ * the rows' residual stream is what the step left in the batch state): every row for the mean, else
+ * only the prompt's first or last. */
 static void embed_rows(nv_sched *s, int n) {
     const nv_model *m = s->model;
     const int d = m->config.dim;
@@ -1930,6 +1931,8 @@ static void embed_rows(nv_sched *s, int n) {
         nv_req *r = s->step_req[i];
         if (!r->embed_sum) continue;
         for (int t = 0; t < s->seqs[i].n; t++) {
+            const int p = s->seqs[i].pos + t;
+            if ((s->o.pooling == NV_POOLING_CLS && p != 0) || (s->o.pooling == NV_POOLING_LAST && p != r->n_prompt - 1)) continue;
             nv_rmsnorm(tmp, s->bs.r.x + (size_t)(row + t) * d, m->w.rms_final, d, m->config.norm_eps);
             for (int j = 0; j < d; j++) r->embed_sum[j] += tmp[j];
         }
@@ -1960,7 +1963,7 @@ static void head_scores(nv_sched *s, int n) {
 int nv_req_embedding(nv_sched *s, nv_req *r, float *out, int dim) {
     pthread_mutex_lock(&s->mu);
     int ok = r->done && r->finish == NV_FINISH_LENGTH && r->embed_sum && r->embed_rows == r->n_prompt && dim == s->model->config.dim;
-    if (ok) { /* the mean made unit length: the sum made unit length (as OpenAI's embeddings are) */
+    if (ok) { /* the pooled rows made unit length: the sum made unit length (as OpenAI's embeddings are) */
         double norm = 0;
         for (int j = 0; j < dim; j++) norm += r->embed_sum[j] * r->embed_sum[j];
         norm = sqrt(norm);

@@ -201,8 +201,8 @@ typedef struct {
        the answer follows it (nv_sched_opts.pred_tokens), which changes nothing in the answer */
     const int *prediction;
     int n_prediction;
-    int embed; /* with max_tokens 0: the prompt's embedding (the mean over its tokens of the final
-                  norm's output, unit length) is kept for nv_req_embedding; computed in full (no
+    int embed; /* with max_tokens 0: the prompt's embedding (its tokens' final norm outputs pooled as
+                  nv_sched_opts.pooling says, unit length) is kept for nv_req_embedding; computed in full (no
                   prefix-cache hits, whose rows are not run) */
     /* with max_tokens 0: the logits of these tokens at the prompt's last position are kept for
        nv_req_scores (a reranker's "yes" and "no"); a model with a classification head
@@ -278,15 +278,17 @@ typedef struct {
     /* 1: no request is admitted by preempting others (overcommit's growth still preempts). Otherwise
      * a request at the head of the queue that finds no slot or no room preempts running sequences it
      * outranks (an interactive request a background one, a lower priority value a higher one), the
-     * lowest-ranked first, when that makes the room (not on split pages, nor sequences whose prompt
-     * rows are read: embeddings, scores, prompt log-probabilities until whole) */
+     * lowest-ranked first, when that makes the room (not sequences whose prompt rows are read:
+     * embeddings, scores, prompt log-probabilities until whole) */
     int no_preempt;
     /* 1: a request is admitted when the blocks of its prompt (and its first answer position) fit, not
      * every block its max_tokens may take; a decoding sequence reserves its next blocks as it reaches
      * them, and where the pool is short the lowest-ranked running sequences are preempted (the one
      * growing, when it is the lowest). More requests run at once when answers end before their
-     * max_tokens (vLLM's way). Not on split pages, whose sequences are not preempted */
+     * max_tokens (vLLM's way) */
     int overcommit;
+    /* how an embedding pools its prompt's rows through the final norm (nv_pooling; DEFAULT: the mean) */
+    int pooling;
 } nv_sched_opts;
 
 
