@@ -487,6 +487,32 @@ static void test_sampler_adjustments(void) {
     T_CHECK(nv_sampler_set_repetition(&s, 0.0f, NULL, 0) == NV_EINVAL && nv_sampler_set_repetition(&s, NAN, NULL, 0) == NV_EINVAL,
             "a repetition penalty <= 0 or NaN was accepted");
     nv_sampler_free(&s);
+    /* llama.cpp's window (repeat_last_n 2) over the prompt [0, 2, 0] and the answer: a token in the last
+       two loses the repetition penalty once, frequency x its count there and presence once; older
+       ones nothing */
+    static const int prompt[3] = {0, 2, 0};
+    T_CHECK(nv_sampler_init(&s, 4, 0.0f, 0.0f, 1) == NV_OK && nv_sampler_set_repetition(&s, 2.0f, prompt, 3) == NV_OK &&
+                nv_sampler_set_penalties(&s, 0.5f, 0.25f) == NV_OK && nv_sampler_set_penalty_window(&s, 2, prompt, 3) == NV_OK,
+            "%s", nv_errmsg());
+    memcpy(l, rl, sizeof l);
+    T_CHECK(nv_sample(&s, l) == 1 && l[0] == 0.75f && l[1] == 2.5f && l[2] == -2.75f && l[3] == 0.5f, "window [2, 0]: %g %g %g %g", l[0],
+            l[1], l[2], l[3]);
+    nv_sampler_accept(&s, 1);
+    memcpy(l, rl, sizeof l);
+    T_CHECK(nv_sample(&s, l) == 0 && l[0] == 0.75f && l[1] == 0.5f && l[2] == -1.0f, "window [0, 1]: %g %g %g", l[0], l[1], l[2]);
+    nv_sampler_accept(&s, 1);
+    memcpy(l, rl, sizeof l);
+    T_CHECK(nv_sample(&s, l) == 0 && l[0] == 3.0f && l[1] == 0.25f, "window [1, 1]: %g %g", l[0], l[1]);
+    T_CHECK(nv_sampler_set_penalty_window(&s, -1, prompt, 3) == NV_OK, "%s", nv_errmsg()); /* all of it: [0, 2, 0] */
+    memcpy(l, rl, sizeof l);
+    nv_sample(&s, l);
+    T_CHECK(l[0] == 1.5f - 0.5f - 0.5f && l[2] == -2.75f, "the whole history: %g %g", l[0], l[2]);
+    T_CHECK(nv_sampler_set_penalty_window(&s, 0, prompt, 3) == NV_OK, "%s", nv_errmsg()); /* none */
+    memcpy(l, rl, sizeof l);
+    nv_sample(&s, l);
+    T_CHECK(!memcmp(l, rl, sizeof l), "repeat_last_n 0 left a penalty");
+    T_CHECK(nv_sampler_set_penalty_window(&s, -2, prompt, 3) == NV_EINVAL, "a window of -2 was accepted");
+    nv_sampler_free(&s);
 }
 
 /* The tokens a sampler with llama.cpp's further filters draws from logits log(p) over 200 seeds, as a

@@ -1553,6 +1553,11 @@ static void test_llamacpp_native(void) {
          "\"samplers\":[\"top_k\"],\"logit_bias\":[[280,false]]}",
          "{\"prompt\":[1,403,407],\"max_tokens\":30,\"temperature\":0.7,\"seed\":4,\"repetition_penalty\":1.3,\"top_k\":40,"
          "\"top_p\":0.95,\"min_p\":0.05,\"logit_bias\":{\"280\":-100}}"},
+        /* the penalties over the last 4 tokens, llama.cpp's repeat_last_n (its field on /v1/completions too) */
+        {"{\"prompt\":\"Once upon a time\",\"n_predict\":50,\"temperature\":0,\"repeat_penalty\":1.6,\"frequency_penalty\":0.5,"
+         "\"repeat_last_n\":4}",
+         "{\"prompt\":\"Once upon a time\",\"max_tokens\":50,\"temperature\":0,\"repetition_penalty\":1.6,\"frequency_penalty\":0.5,"
+         "\"repeat_last_n\":4}"},
     };
     for (size_t i = 0; i < sizeof same / sizeof same[0]; i++) {
         int st1, st2;
@@ -1566,6 +1571,22 @@ static void test_llamacpp_native(void) {
                     cJSON_IsObject(cJSON_GetObjectItem(a, "generation_settings")),
                 "case %zu: the response's fields", i);
         cJSON_Delete(a), cJSON_Delete(b);
+    }
+    /* a window is not the whole text: llama-server's default 64 differs from OpenAI's and vLLM's
+       penalties over all of it once the answer is longer */
+    {
+        int s1, s2, s3;
+        cJSON *win = post_json_status(port, "/completion", "{\"prompt\":\"Once upon a time\",\"n_predict\":120,\"temperature\":0,"
+                                                           "\"repeat_penalty\":1.3,\"frequency_penalty\":0.3}", &s1);
+        cJSON *all = post_json_status(port, "/v1/completions", "{\"prompt\":\"Once upon a time\",\"max_tokens\":120,\"temperature\":0,"
+                                                                "\"repetition_penalty\":1.3,\"frequency_penalty\":0.3}", &s2);
+        cJSON *w64 = post_json_status(port, "/v1/completions", "{\"prompt\":\"Once upon a time\",\"max_tokens\":120,\"temperature\":0,"
+                                                                "\"repetition_penalty\":1.3,\"frequency_penalty\":0.3,\"repeat_last_n\":64}", &s3);
+        const char *t_all = jstr(cJSON_GetArrayItem(cJSON_GetObjectItem(all, "choices"), 0), "text"),
+                   *t_w64 = jstr(cJSON_GetArrayItem(cJSON_GetObjectItem(w64, "choices"), 0), "text");
+        T_CHECK(s1 == 200 && s2 == 200 && s3 == 200 && !strcmp(jstr(win, "content"), t_w64) && strcmp(t_w64, t_all),
+                "repeat_last_n 64 by default: native '%.80s', windowed '%.80s', whole '%.80s'", jstr(win, "content"), t_w64, t_all);
+        cJSON_Delete(win), cJSON_Delete(all), cJSON_Delete(w64);
     }
     /* n_probs: a record a generated token, whose texts spell the content, with n alternatives; the
        values /v1/completions' logprobs give; post_sampling_probs as probabilities */
@@ -3032,6 +3053,13 @@ static int olla_post(int port, const char *path, const char *body, olla_result *
     return status;
 }
 
+/* /api/generate's answer to olla_body (into o) is the text of the OpenAI request openai_body (chat:
+ * /v1/chat/completions; into want). */
+static int olla_generates(int port, const char *olla_body, int chat, const char *openai_body, olla_result *o, result *want) {
+    return olla_post(port, "/api/generate", olla_body, o) == 200 && complete(port, chat, NULL, openai_body, want) && o->text[0] &&
+           !strcmp(o->text, want->text);
+}
+
 /* Ollama's API: its requests give the same text as the OpenAI requests they stand for (chat with
  * history and a tool call, generate through the template and raw), streamed as JSON lines or whole
  * with Ollama's counts; /api/tags, /api/ps, /api/show and /api/version; a format's schema; the
@@ -3092,15 +3120,13 @@ static void test_ollama_api(void) {
             "/api/chat '%s' against /v1/chat/completions '%s'", o.text, want.text);
 
     /* generate: through the template (one user message), and raw (the prompt as it is) */
-    T_CHECK(olla_post(s.port, "/api/generate",
-                      "{\"model\":\"stories260K\",\"prompt\":\"Once upon a time\",\"system\":\"Tell stories.\",\"stream\":false,"
-                      "\"options\":{\"num_predict\":10,\"temperature\":0}}",
-                      &o) == 200 &&
-                complete(s.port, 1, NULL,
-                         "{\"messages\":[{\"role\":\"system\",\"content\":\"Tell stories.\"},{\"role\":\"user\",\"content\":\"Once upon a "
-                         "time\"}],\"max_tokens\":10,\"temperature\":0}",
-                         &want) &&
-                o.text[0] && !strcmp(o.text, want.text),
+    T_CHECK(olla_generates(s.port,
+                           "{\"model\":\"stories260K\",\"prompt\":\"Once upon a time\",\"system\":\"Tell stories.\",\"stream\":false,"
+                           "\"options\":{\"num_predict\":10,\"temperature\":0}}",
+                           1,
+                           "{\"messages\":[{\"role\":\"system\",\"content\":\"Tell stories.\"},{\"role\":\"user\",\"content\":\"Once upon a "
+                           "time\"}],\"max_tokens\":10,\"temperature\":0}",
+                           &o, &want),
             "/api/generate '%s' against chat '%s'", o.text, want.text);
     /* its context, sent back with the next prompt: the conversation so far before that prompt's turn
        (whose BOS goes), the same whether the answer is streamed or not, and it begins the next context */
@@ -3123,13 +3149,21 @@ static void test_ollama_api(void) {
                                 "\"options\":{\"num_predict\":8,\"temperature\":0}}", first_context);
     T_CHECK(olla_post(s.port, "/api/generate", body, &s2) == 200 && s2.ndjson && !strcmp(s2.text, w.text) && !strcmp(s2.context, w.context),
             "streamed with the context: '%s' against '%s'", s2.text, w.text);
-    T_CHECK(olla_post(s.port, "/api/generate",
-                      "{\"model\":\"stories260K\",\"prompt\":\"Once upon a time\",\"raw\":true,\"options\":{\"num_predict\":10,\"temperature\":0}}",
-                      &o) == 200 &&
-                o.ndjson &&
-                complete(s.port, 0, NULL, "{\"prompt\":\"Once upon a time\",\"max_tokens\":10,\"temperature\":0}", &want) &&
-                o.text[0] && !strcmp(o.text, want.text),
+    T_CHECK(olla_generates(s.port,
+                           "{\"model\":\"stories260K\",\"prompt\":\"Once upon a time\",\"raw\":true,\"options\":{\"num_predict\":10,"
+                           "\"temperature\":0}}",
+                           0, "{\"prompt\":\"Once upon a time\",\"max_tokens\":10,\"temperature\":0}", &o, &want) &&
+                o.ndjson,
             "raw /api/generate '%s' against /v1/completions '%s'", o.text, want.text);
+    /* repeat_penalty over Ollama's window of the last 64 tokens */
+    T_CHECK(olla_generates(s.port,
+                           "{\"model\":\"stories260K\",\"prompt\":\"Once upon a time\",\"raw\":true,\"stream\":false,"
+                           "\"options\":{\"num_predict\":100,\"temperature\":0,\"repeat_penalty\":1.3,\"frequency_penalty\":0.3}}",
+                           0,
+                           "{\"prompt\":\"Once upon a time\",\"max_tokens\":100,\"temperature\":0,\"repetition_penalty\":1.3,"
+                           "\"frequency_penalty\":0.3,\"repeat_last_n\":64}",
+                           &o, &want),
+            "/api/generate's penalties '%s' against the window of 64 '%s'", o.text, want.text);
     /* no num_predict: until the end of the context or the turn, not OpenAI's 16 */
     T_CHECK(olla_post(s.port, "/api/generate", "{\"model\":\"stories260K\",\"prompt\":\"Once\",\"raw\":true,\"stream\":false,"
                                                 "\"options\":{\"temperature\":0}}",

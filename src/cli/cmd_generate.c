@@ -24,7 +24,7 @@
 static void usage(FILE *f) {
     fprintf(f,
             "usage: nerve generate -m MODEL [-z TOKENIZER] [-p PROMPT] [-n STEPS] [-t TEMP] [--top-p P] [-s SEED]\n"
-            "                      [--top-k K] [--min-p P] [--repetition-penalty R] [--presence-penalty X] [--frequency-penalty X] [--json | --json-schema SCHEMA]\n"
+            "                      [--top-k K] [--min-p P] [--repetition-penalty R] [--presence-penalty X] [--frequency-penalty X] [--repeat-last-n N] [--json | --json-schema SCHEMA]\n"
             "                      [--grammar GBNF | --grammar-file FILE] [--spec-tokens N] [--spec-lookup-min N] [--spec-lookup-max N] [--engine E] [--threads N] [--no-tune]\n"
             "                      [--model-draft MODEL [--draft-engine E] [--draft-p-min P]] [--lora ADAPTER] [--lora-scaled ADAPTER SCALE]\n"
             "  -m MODEL      llama2.c checkpoint (v0 or v1), a GGUF file (llama; F32/F16/BF16/Q4-Q8/K-quants),\n"
@@ -50,6 +50,9 @@ static void usage(FILE *f) {
             "                (vLLM's; default 1: off)\n"
             "  --presence-penalty X, --frequency-penalty X\n"
             "                OpenAI's penalties on tokens generated so far, -2..2 (default 0: off)\n"
+            "  --repeat-last-n N\n"
+            "                the three penalties as llama.cpp counts them: over the last N tokens of the prompt and\n"
+            "                the text (-1: all of them; 0: no penalty)\n"
             "  --typical-p P, --top-n-sigma N, --xtc-probability P [--xtc-threshold T]\n"
             "                llama.cpp's samplers: locally typical sampling (default 1: off), the logits within N\n"
             "                deviations of the largest (default -1: off), XTC: with probability P drop every token\n"
@@ -172,6 +175,7 @@ int cmd_generate(int argc, char **argv) {
     int steps = 256, threads = 0;
     cli_spec spec = CLI_SPEC_DEFAULTS;
     float temperature = 1.0f, top_p = 0.9f, presence = 0.0f, frequency = 0.0f, min_p = 0.0f, repetition = 1.0f;
+    int penalty_window = 0, penalty_last_n = 0; /* --repeat-last-n given, and its N */
     int top_k = 0, dry_allowed = 2, dry_last_n = -1, n_breakers = -1; /* -1: llama.cpp's breakers */
     float dry_mult = 0, dry_base = 1.75f, typical_p = 1.0f, top_n_sigma = -1.0f, xtc_p = 0.0f, xtc_t = 0.1f;
     float miro_tau = 5.0f, miro_eta = 0.1f, dt_range = 0.0f, dt_exp = 1.0f;
@@ -205,6 +209,10 @@ int cmd_generate(int argc, char **argv) {
         else if (!strcmp(a, "--top-k")) { if (!cli_int(CMD, a, v, 0, 1 << 30, &top_k)) return 2; }
         else if (!strcmp(a, "--min-p")) { if (!cli_float(CMD, a, v, 0, 1, &min_p)) return 2; }
         else if (!strcmp(a, "--repetition-penalty")) { if (!cli_float(CMD, a, v, 0.001, 10, &repetition)) return 2; }
+        else if (!strcmp(a, "--repeat-last-n")) {
+            if (!cli_int(CMD, a, v, -1, 1000000000, &penalty_last_n)) return 2;
+            penalty_window = 1;
+        }
         else if (!strcmp(a, "--mirostat")) { if (!cli_int(CMD, a, v, 0, 2, &mirostat)) return 2; }
         else if (!strcmp(a, "--mirostat-ent")) { if (!cli_float(CMD, a, v, 0, 100, &miro_tau)) return 2; }
         else if (!strcmp(a, "--mirostat-lr")) { if (!cli_float(CMD, a, v, 0, 1, &miro_eta)) return 2; }
@@ -308,6 +316,7 @@ int cmd_generate(int argc, char **argv) {
         nv_state_init(&state, c, PREFILL_CHUNK, steps, 0) != NV_OK ||
         nv_tokenizer_encode(tok, prompt, 1, 0, &prompt_tokens, &n_prompt) != NV_OK ||
         nv_sampler_set_repetition(&sampler, repetition, prompt_tokens, n_prompt) != NV_OK ||
+        (penalty_window && nv_sampler_set_penalty_window(&sampler, penalty_last_n, prompt_tokens, n_prompt) != NV_OK) ||
         set_dry(&sampler, tok, dry_mult, dry_base, dry_allowed, dry_last_n, breakers, n_breakers, prompt_tokens, n_prompt) != NV_OK ||
         (grammar && (nv_gtrie_build(tok, &trie) != NV_OK || nv_gsampler_init(&gs, grammar, c->vocab_size) != NV_OK))) {
         cli_error(CMD, 1, "%s", nv_errmsg());

@@ -1,5 +1,6 @@
 #include "model/sampler.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,12 +35,14 @@ void nv_sampler_free(nv_sampler *s) {
     free(s->rep_list);
     free(s->dry_breaker);
     free(s->dry_hist);
+    free(s->win_count);
+    free(s->win_touched);
     free(s->dry_len);
     free(s->dry_touched);
     free(s->aux);
     s->aux = NULL;
     s->dry_breaker = NULL;
-    s->dry_hist = s->dry_len = s->dry_touched = NULL;
+    s->dry_hist = s->dry_len = s->dry_touched = s->win_count = s->win_touched = NULL;
     s->n_hist = s->cap_hist = 0;
     s->dry_multiplier = 0;
     s->probindex = NULL;
@@ -183,6 +186,24 @@ static int dry_push(nv_sampler *s, int tok) {
     return 1;
 }
 
+/* The history DRY and the penalty window read: the prompt, then each accepted token. */
+static nv_err hist_start(nv_sampler *s, const int *prompt, int n_prompt) {
+    s->n_hist = 0;
+    for (int i = 0; i < n_prompt; i++)
+        if (!dry_push(s, prompt[i])) return nv_fail(NV_ENOMEM, "sampler: out of memory");
+    return NV_OK;
+}
+
+nv_err nv_sampler_set_penalty_window(nv_sampler *s, int last_n, const int *prompt, int n_prompt) {
+    if (last_n < -1) return nv_fail(NV_EINVAL, "the penalties' window must be -1 (all), 0 (no penalty) or positive (got %d)", last_n);
+    s->window = last_n == 0 ? -1 : last_n < 0 ? INT_MAX : last_n;
+    if (s->window < 0) return NV_OK;
+    if (!s->win_count) s->win_count = calloc((size_t)s->vocab_size, sizeof *s->win_count);
+    if (!s->win_touched) s->win_touched = malloc((size_t)s->vocab_size * sizeof *s->win_touched);
+    if (!s->win_count || !s->win_touched) return nv_fail(NV_ENOMEM, "sampler: out of memory");
+    return hist_start(s, prompt, n_prompt);
+}
+
 nv_err nv_sampler_set_dry(nv_sampler *s, float multiplier, float base, int allowed_length, int last_n,
                           const unsigned char *breaker, const int *prompt, int n_prompt) {
     if (!(multiplier >= 0.0f) || !isfinite(multiplier) || !(base >= 1.0f) || !isfinite(base) || allowed_length < 1 ||
@@ -199,10 +220,7 @@ nv_err nv_sampler_set_dry(nv_sampler *s, float multiplier, float base, int allow
     if (!s->dry_breaker) s->dry_breaker = calloc((size_t)s->vocab_size, 1);
     if (!s->dry_len || !s->dry_touched || !s->dry_breaker) return nv_fail(NV_ENOMEM, "sampler: out of memory");
     if (breaker) memcpy(s->dry_breaker, breaker, (size_t)s->vocab_size);
-    s->n_hist = 0;
-    for (int i = 0; i < n_prompt; i++)
-        if (!dry_push(s, prompt[i])) return nv_fail(NV_ENOMEM, "sampler: out of memory");
-    return NV_OK;
+    return hist_start(s, prompt, n_prompt);
 }
 
 unsigned char *nv_dry_breakers(const nv_tokenizer *tok, int vocab_size, const char *const *strs, int n) {
@@ -239,15 +257,37 @@ static void dry_penalize(nv_sampler *s, float *logits) {
 
 void nv_sampler_accept(nv_sampler *s, int tok) {
     if (tok < 0 || tok >= s->vocab_size) return;
-    if (s->dry_multiplier > 0.0f) dry_push(s, tok);
+    if (s->dry_multiplier > 0.0f || s->window > 0) dry_push(s, tok);
     if (s->present) mark_present(s, tok);
     if (s->counts && s->counts[tok]++ == 0) s->seen[s->n_seen++] = tok;
 }
 
-/* The bias, DRY, then the repetition penalty, then presence and frequency (vLLM's order). */
+/* llama.cpp's penalties over the window: each token of the last `window` of the history, counted. */
+static void window_penalize(nv_sampler *s, float *logits) {
+    const int n = s->n_hist, from = n > s->window ? n - s->window : 0;
+    const float rep = s->repetition > 0.0f ? s->repetition : 1.0f;
+    int touched = 0;
+    for (int i = from; i < n; i++) {
+        const int t = s->dry_hist[i];
+        if (t >= 0 && t < s->vocab_size && s->win_count[t]++ == 0) s->win_touched[touched++] = t;
+    }
+    for (int k = 0; k < touched; k++) {
+        const int t = s->win_touched[k];
+        const float l = logits[t] > 0.0f ? logits[t] / rep : logits[t] * rep;
+        logits[t] = l - (float)s->win_count[t] * s->frequency - s->presence;
+        s->win_count[t] = 0;
+    }
+}
+
+/* The bias, DRY, then the repetition penalty, then presence and frequency (vLLM's order; llama.cpp's
+ * over its window). */
 static void adjust_logits(nv_sampler *s, float *logits) {
     for (int i = 0; i < s->n_bias; i++) logits[s->bias_tok[i]] += s->bias[i];
     if (s->dry_multiplier > 0.0f) dry_penalize(s, logits);
+    if (s->window) {
+        if (s->window > 0) window_penalize(s, logits);
+        return;
+    }
     if (s->present && s->repetition != 1.0f)
         for (int i = 0; i < s->n_rep; i++) {
             float *l = &logits[s->rep_list[i]];

@@ -46,7 +46,12 @@ typedef struct {
     unsigned char *present; /* [vocab] 1 for a token of the prompt or accepted */
     int *rep_list;          /* those tokens, each once */
     int n_rep;
-    /* DRY (nv_sampler_set_dry): off while dry_multiplier is 0 */
+    /* llama.cpp's penalties (nv_sampler_set_penalty_window): window > 0 counts the repetition,
+     * frequency and presence penalties over the last `window` tokens of the prompt and the answer
+     * (dry_hist holds them) in place of the whole texts above; < 0: no penalty; 0: not windowed */
+    int window;
+    int *win_count, *win_touched; /* [vocab] scratch */
+    /* DRY (nv_sampler_set_dry): off while dry_multiplier is 0; dry_hist is also the window's history */
     float dry_multiplier, dry_base;
     int dry_allowed, dry_last_n;
     unsigned char *dry_breaker; /* [vocab] 1: the token ends a repeat */
@@ -97,6 +102,12 @@ nv_err nv_sampler_set_repetition(nv_sampler *s, float penalty, const int *prompt
  * across it never counts as one repeat. multiplier 0 is off. */
 nv_err nv_sampler_set_dry(nv_sampler *s, float multiplier, float base, int allowed_length, int last_n,
                           const unsigned char *breaker, const int *prompt, int n_prompt);
+/* llama.cpp's penalties (its repeat_last_n): the repetition penalty (set with
+ * nv_sampler_set_repetition), frequency and presence (nv_sampler_set_penalties) count the last
+ * last_n tokens of the prompt and the answer: a token there has its logit divided by the repetition
+ * penalty (multiplied when not positive) and loses count x frequency + presence. -1: every token of
+ * them; 0: no penalty at all. Without it the penalties are OpenAI's and vLLM's (above). */
+nv_err nv_sampler_set_penalty_window(nv_sampler *s, int last_n, const int *prompt, int n_prompt);
 /* DRY's breaker mask for tok's vocabulary (vocab_size bytes, malloc'd; NULL when out of memory): the
  * tokens whose text holds one of the n strings, or with n < 0 llama.cpp's default breakers
  * "\n", ":", "\"" and "*". */

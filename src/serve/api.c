@@ -198,6 +198,12 @@ static int logit_adjustments(const nv_api_ctx *ctx, const cJSON *root, nv_api_re
     double repetition = 1;
     if ((rc = get_number(root, "repetition_penalty", 0.001, 10, &repetition, &given, err))) return rc;
     out->req.repetition_penalty = (float)repetition;
+    /* llama.cpp's repeat_last_n: the three penalties over the last N tokens of the prompt and the
+       answer (-1: all of them; 0: none); absent, OpenAI's and vLLM's over the whole texts */
+    long long last_n = 0;
+    if ((rc = get_int(root, "repeat_last_n", -1, 1e9, &last_n, &given, err))) return rc;
+    out->req.penalty_window = given;
+    out->req.penalty_last_n = (int)last_n;
     const cJSON *lb = nv_api_field(root, "logit_bias");
     if (!lb) return 0;
     if (!cJSON_IsObject(lb)) {

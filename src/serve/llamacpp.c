@@ -16,16 +16,17 @@ void nv_lcpp_meta_free(nv_lcpp_meta *m) {
     memset(m, 0, sizeof *m);
 }
 
-/* llama-server's sampling defaults, which apply where a request does not say */
+/* llama-server's sampling defaults, which apply where a request does not say (its penalties, then,
+   over the last 64 tokens of the prompt and the answer) */
 static const struct {
     const char *key;
     double v;
-} defaults[] = {{"temperature", 0.8}, {"top_k", 40}, {"top_p", 0.95}, {"min_p", 0.05}};
+} defaults[] = {{"temperature", 0.8}, {"top_k", 40}, {"top_p", 0.95}, {"min_p", 0.05}, {"repeat_last_n", 64}};
 
 /* llama-server's fields that change nothing here (see the header), accepted and dropped. */
 static const char *const ignored[] = {"cache_prompt", "id_slot", "samplers", "n_keep", "t_max_prompt_ms", "t_max_predict_ms",
                                       "n_indent", "return_tokens", "timings_per_token", "response_fields",
-                                      "n_discard", "min_keep", "repeat_last_n", "penalize_nl",
+                                      "n_discard", "min_keep", "penalize_nl",
                                       "return_progress", "n_cmpl"};
 /* Samplers nerve does not have: fine at their neutral value only. */
 static const struct {

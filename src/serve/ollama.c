@@ -50,12 +50,14 @@ static int translate_options(const cJSON *in, cJSON *out, nv_api_error *err) {
                   {"repeat_penalty", "repetition_penalty", 'n'},
                   {"presence_penalty", "presence_penalty", 'n'},
                   {"frequency_penalty", "frequency_penalty", 'n'},
+                  {"repeat_last_n", "repeat_last_n", 'i'},
                   {"mirostat", "mirostat", 'i'},
                   {"mirostat_tau", "mirostat_tau", 'n'},
                   {"mirostat_eta", "mirostat_eta", 'n'}};
     int rc;
     for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
         if ((rc = nv_api_copy_field(o, out, fields[i].key, fields[i].as, fields[i].kind, err))) return rc;
+    if (!nv_api_field(o, "repeat_last_n")) cJSON_AddNumberToObject(out, "repeat_last_n", 64); /* Ollama's penalties' window */
     const cJSON *np = nv_api_field(o, "num_predict");
     if (np) { /* -1 and -2 (fill the context): no limit (translate's default) */
         if (!cJSON_IsNumber(np) || np->valuedouble != floor(np->valuedouble) || np->valuedouble < -2 || np->valuedouble > 1e9)

@@ -366,6 +366,7 @@ nv_err nv_req_create(nv_req **out, const nv_req_params *p) {
     if (e == NV_OK) e = nv_sampler_set_filters(&r->sampler, p->top_k, p->min_p);
     if (e == NV_OK && p->repetition_penalty > 0)
         e = nv_sampler_set_repetition(&r->sampler, p->repetition_penalty, r->prompt, r->n_prompt);
+    if (e == NV_OK && p->penalty_window) e = nv_sampler_set_penalty_window(&r->sampler, p->penalty_last_n, r->prompt, r->n_prompt);
     if (e == NV_OK && ((p->typical_p > 0 && p->typical_p < 1) || p->top_n_sigma > 0 || p->xtc_probability > 0))
         e = nv_sampler_set_more(&r->sampler, p->typical_p > 0 ? p->typical_p : 1.0f, p->top_n_sigma, p->xtc_probability,
                                 p->xtc_threshold);

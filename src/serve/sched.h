@@ -153,6 +153,8 @@ typedef struct {
     int vocab_size;   /* the model's (sizes the sampler) */
     float presence_penalty, frequency_penalty; /* OpenAI's, -2..2 (0: off) */
     float repetition_penalty;                  /* vLLM's, over the prompt and the answer (0 or 1: off) */
+    int penalty_window, penalty_last_n;        /* penalty_window: the three penalties as llama.cpp's, over the last
+                                                  penalty_last_n tokens (nv_sampler_set_penalty_window) */
     float dry_multiplier, dry_base;            /* DRY (nv_sampler_set_dry): multiplier 0 is off */
     int dry_allowed_length, dry_last_n;
     const unsigned char *dry_breaker;          /* [vocab] or NULL; copied */

@@ -741,6 +741,33 @@ static nv_err load_chat(nv_source *s, const nv_tokenizer *tok, nv_chat_template 
     return e;
 }
 
+/* llm.c's shards: a header of 256 int32s (its magic, version 1, the token count), then the tokens:
+ * 20240520 GPT-2's uint16 ones, 20240801 Llama 3's uint32 ones. */
+enum { LLMC_HEADER = 1024, LLMC_U16 = 20240520, LLMC_U32 = 20240801 };
+
+/* A token shard: flat little-endian tokens (uint16 in a .bin, uint32 in a .u32), or llm.c's. */
+static nv_err open_shard(nv_source *s) {
+    s->width = has_suffix(s->path, ".u32") ? 4 : 2;
+    NV_TRY(nv_file_map(s->path, &s->map));
+    s->tokens = s->map.data;
+    int32_t h[3] = {0, 0, 0};
+    if (s->map.len >= LLMC_HEADER) memcpy(h, s->map.data, sizeof h);
+    /* (a flat shard would have to begin with the tokens 54984, 308, 1, 0, or a u32 one with an id past 20 million) */
+    if ((h[0] == LLMC_U16 || h[0] == LLMC_U32) && h[1] == 1) {
+        s->width = h[0] == LLMC_U16 ? 2 : 4;
+        if (h[2] < 0 || s->map.len - LLMC_HEADER != (size_t)h[2] * (size_t)s->width)
+            return nv_fail(NV_EFORMAT, "%s: an llm.c shard of %d %d-byte tokens is %zu bytes, not %zu (truncated?)", s->path, h[2], s->width,
+                           (size_t)LLMC_HEADER + (size_t)(h[2] < 0 ? 0 : h[2]) * (size_t)s->width, s->map.len);
+        s->tokens = s->map.data + LLMC_HEADER;
+        s->n_tokens = (uint64_t)h[2];
+        return NV_OK;
+    }
+    if (s->map.len % (size_t)s->width)
+        return nv_fail(NV_EFORMAT, "%s: %zu bytes is not a whole number of %d-byte tokens", s->path, s->map.len, s->width);
+    s->n_tokens = s->map.len / (size_t)s->width;
+    return NV_OK;
+}
+
 nv_err nv_dataset_open(nv_dataset *ds, const char *const *paths, int n, const nv_tokenizer *tok, int vocab_size,
                        float val_frac) {
     return nv_dataset_open_chat(ds, paths, n, tok, vocab_size, val_frac, NV_CHAT_CHATML);
@@ -768,11 +795,7 @@ nv_err nv_dataset_open_jinja(nv_dataset *ds, const char *const *paths, int n, co
         }
         nv_err e;
         if (has_suffix(s->path, ".bin") || has_suffix(s->path, ".u32")) {
-            s->width = has_suffix(s->path, ".u32") ? 4 : 2;
-            e = nv_file_map(s->path, &s->map);
-            if (!e && s->map.len % (size_t)s->width)
-                e = nv_fail(NV_EFORMAT, "%s: %zu bytes is not a whole number of %d-byte tokens", s->path, s->map.len, s->width);
-            if (!e) s->n_tokens = s->map.len / (size_t)s->width;
+            e = open_shard(s);
         } else if (nv_data_jsonl_is_text(s->path)) {
             e = load_jsonl_text(s, tok);
         } else if (has_suffix(s->path, ".jsonl")) {

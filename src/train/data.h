@@ -40,6 +40,7 @@
 typedef struct {
     char path[512];
     nv_mapped map;      /* shards */
+    const uint8_t *tokens; /* a shard's tokens in map (after llm.c's header, where it has one) */
     uint32_t *owned;    /* text, tokenized */
     int width;          /* 2 or 4 bytes per token */
     uint64_t n_tokens;
@@ -120,11 +121,11 @@ static inline uint32_t nv_source_token(const nv_source *s, uint64_t i) {
     if (s->owned) return s->owned[i];
     if (s->width == 2) {
         uint16_t v;
-        __builtin_memcpy(&v, s->map.data + 2 * i, 2);
+        __builtin_memcpy(&v, s->tokens + 2 * i, 2);
         return v;
     }
     uint32_t v;
-    __builtin_memcpy(&v, s->map.data + 4 * i, 4);
+    __builtin_memcpy(&v, s->tokens + 4 * i, 4);
     return v;
 }
 
