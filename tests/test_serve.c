@@ -2505,6 +2505,37 @@ static void *run_req_job(void *arg) {
     return NULL;
 }
 
+/* --ctx-size (llama.cpp's -c, vLLM's --max-model-len): requests fill at most that many positions, as
+ * the model's context would bound them; past the model's own context it is refused at start. */
+static void test_ctx_size(void) {
+    server s;
+    if (!server_start(&s, "ctx-size", "--ctx-size 64", NULL)) {
+        T_CHECK(0, "server did not start");
+        return;
+    }
+    resp r;
+    T_CHECK(http(s.port, "GET", "/v1/models", NULL, NULL, &r) && r.status == 200 && strstr(r.body, "\"max_model_len\":64"), "%s", r.body);
+    resp_free(&r);
+    T_CHECK(http(s.port, "GET", "/props", NULL, NULL, &r) && r.status == 200 && strstr(r.body, "\"n_ctx\":64"), "/props: %s", r.body);
+    resp_free(&r);
+    char body[1200] = "{\"prompt\":\"";
+    for (int i = 0; i < 40; i++) strcat(body, "dog ");
+    strcat(body, "\",\"max_tokens\":4}");
+    result open_ended;
+    T_CHECK(http(s.port, "POST", "/v1/completions", NULL, body, &r) && r.status == 400 && strstr(r.body, "context_length_exceeded") &&
+                strstr(r.body, " 64 "),
+            "a prompt past 64: %d %s", r.status, r.body);
+    resp_free(&r);
+    /* without max_tokens, a chat answer stops at the context's end */
+    complete(s.port, 1, NULL, "{\"messages\":[{\"role\":\"user\",\"content\":\"Once upon a time\"}],\"ignore_eos\":true}", &open_ended);
+    T_CHECK(open_ended.status == 200 && open_ended.prompt_tokens + open_ended.completion_tokens == 64, "%d + %d positions (status %d)",
+            open_ended.prompt_tokens, open_ended.completion_tokens, open_ended.status);
+    T_CHECK(server_stop(&s) == 0, "server did not exit 0");
+    char args[2400];
+    snprintf(args, sizeof args, "serve -m '%s' -z '%s' --port 0 --ctx-size 1000", model_path, tok_path);
+    T_CHECK(t_nerve(args) == 1 && strstr(t_err, "--ctx-size 1000 is past the model's context of 512"), "--ctx-size 1000: %s", t_err);
+}
+
 /* vLLM's priority: of two requests waiting for the only sequence, the one of lower priority value
  * runs first, whatever their order of arrival. */
 static void test_priority_order(void) {
@@ -3426,6 +3457,7 @@ int main(void) {
     T_RUN(test_prompt_logprobs);
     T_RUN(test_embeddings);
     T_RUN(test_embedding_pooling);
+    T_RUN(test_ctx_size);
     T_RUN(test_tool_calls);
     T_RUN(test_xml_tool_calls);
     T_RUN(test_run_folder);

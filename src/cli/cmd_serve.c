@@ -59,7 +59,7 @@ static void usage(FILE *f) {
             "                   [--reasoning-budget N] [--reasoning-budget-message TEXT] [--reasoning-effort LEVEL] [--scheduling-policy fcfs|priority] [--no-preemption]\n"
             "                   [--kv-overcommit] [--pooling mean|cls|last]\n"
             "                   [--rerank-tokens YES[,NO]] [--rerank-template F] [--rerank-instruction TEXT]\n"
-            "                   [--max-batch N] [--prefill-chunk N] [--spec-tokens N] [--spec-lookup-min N] [--spec-lookup-max N]\n"
+            "                   [--ctx-size N] [--max-batch N] [--prefill-chunk N] [--spec-tokens N] [--spec-lookup-min N] [--spec-lookup-max N]\n"
             "                   [--prediction-tokens N]\n"
             "                   [--max-queue N] [--kv-memory SIZE] [--kv-block N] [--timeout S] [--max-body SIZE] [--responses-store SIZE]\n"
             "                   [--kv-ram-cache SIZE] [--kv-disk-cache SIZE] [--kv-cache-dir DIR] [--no-prefix-cache]\n"
@@ -147,6 +147,9 @@ static void usage(FILE *f) {
             "                       lowest-ranked (the latest among equals) are preempted as above (more requests at\n"
             "                       once when answers end before max_tokens; vLLM's way)\n"
             "  --max-batch N        sequences decoded together per step (default 16)\n"
+            "  --ctx-size N, -c N, --max-model-len N\n"
+            "                       the positions a request may fill, prompt and answer (default the model's context;\n"
+            "                       at most that)\n"
             "  --prefill-chunk N    prompt tokens per step, shared by sequences in prefill (default 512)\n"
             "  --spec-tokens N      speculative decoding by prompt lookup: up to N tokens (<= 16) that followed an\n"
             "                       earlier occurrence of a sequence's last tokens are checked in one step; the\n"
@@ -357,7 +360,7 @@ int cli_serve_run(int argc, char **argv, const cli_serve_job *job) {
     cli_spec spec = CLI_SPEC_DEFAULTS;
     const char *cache_dir = NULL, *files_dir = NULL;
     uint64_t files_max = 2ull << 30;
-    int batch_parallel = 0, ft_nice = 10, ft_yield = 1, run_jinja = -1, pooling = NV_POOLING_DEFAULT;
+    int batch_parallel = 0, ft_nice = 10, ft_yield = 1, run_jinja = -1, pooling = NV_POOLING_DEFAULT, ctx_size = 0;
     const char *rerank_tokens = NULL, *rerank_file = NULL, *rerank_instruction = NULL;
     nv_kv_dtype kv_dtype = NV_KV_F16;
     nv_swa_cache swa_cache = NV_SWA_AUTO;
@@ -438,6 +441,9 @@ int cli_serve_run(int argc, char **argv, const cli_serve_job *job) {
         }
         else if (!strcmp(a, "--max-lora-rank")) { if (!cli_int(CMD, a, v, 1, 1024, &max_lora_rank)) return 2; }
         else if (!strcmp(a, "--max-batch")) { if (!cli_int(CMD, a, v, 1, 4096, &max_batch)) return 2; }
+        else if (!strcmp(a, "--ctx-size") || !strcmp(a, "-c") || !strcmp(a, "--max-model-len")) {
+            if (!cli_int(CMD, a, v, 16, 1 << 30, &ctx_size)) return 2;
+        }
         else if (!strcmp(a, "--prediction-tokens")) { if (!cli_int(CMD, a, v, 0, NV_MAX_SPEC, &pred_tokens)) return 2; }
         else if (!strcmp(a, "--prefill-chunk")) {
             if (!cli_int(CMD, a, v, 1, 1 << 16, &prefill_chunk)) return 2;
@@ -604,6 +610,11 @@ int cli_serve_run(int argc, char **argv, const cli_serve_job *job) {
                     prefill_chunk, t.at, t.path);
         }
     }
+    if (ctx_size > c->seq_len) { /* (past it the model was not trained: its RoPE scaling is its own) */
+        cli_error(CMD, 1, "--ctx-size %d is past the model's context of %d positions", ctx_size, c->seq_len);
+        goto done;
+    }
+    if (ctx_size) model.config.seq_len = ctx_size; /* requests, the RoPE tables and attention's rows stop there */
     model.drop_sources = 1; /* built once: each source goes as its plan takes it (the prefix cache keys the hash kept of them) */
     if (nv_model_build_plans(&model, engine) != NV_OK) {
         cli_error(CMD, 1, "%s", nv_errmsg());
