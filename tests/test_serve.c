@@ -2127,8 +2127,57 @@ static void test_prompt_logprobs(void) {
                 r.status == 200 && strstr(r.body, "\"text\":\"Once upon\"") && strstr(r.body, "\"logprobs\":null"),
             "echo, max_tokens 0: %s", r.body);
     resp_free(&r);
+    /* vLLM's prompt_logprobs, on completions (each choice's) and chat (the response's): null, then each
+       token's log-probability and rank, with its alternatives (as many as it asks, whatever the answer's
+       top_logprobs) */
+    snprintf(body, sizeof body, "{\"prompt\":[%s],\"max_tokens\":3,\"temperature\":0,\"prompt_logprobs\":2}", list);
+    T_CHECK(http(s.port, "POST", "/v1/completions", NULL, body, &r) && r.status == 200, "prompt_logprobs: %d %s", r.status, r.body);
+    cJSON *root = cJSON_Parse(r.body);
+    const cJSON *c0 = cJSON_GetArrayItem(cJSON_GetObjectItem(root, "choices"), 0), *pl = cJSON_GetObjectItem(c0, "prompt_logprobs");
+    ok = cJSON_GetArraySize(pl) == n && cJSON_IsNull(cJSON_GetArrayItem(pl, 0)) && cJSON_IsNull(cJSON_GetObjectItem(c0, "logprobs"));
+    for (int i = 1; ok && i < n; i++) {
+        const float *raw = st.logits + (size_t)(i - 1) * V;
+        int rank = 1;
+        for (int v = 0; v < V; v++) rank += raw[v] > raw[ids[i]];
+        char id[16];
+        snprintf(id, sizeof id, "%d", ids[i]);
+        const cJSON *rec = cJSON_GetArrayItem(pl, i), *own = cJSON_GetObjectItem(rec, id);
+        ok &= (float)cJSON_GetNumberValue(cJSON_GetObjectItem(own, "logprob")) == ref_logprob(raw, V, ids[i]) &&
+              cJSON_GetNumberValue(cJSON_GetObjectItem(own, "rank")) == rank && cJSON_IsString(cJSON_GetObjectItem(own, "decoded_token")) &&
+              cJSON_GetArraySize(rec) == (rank <= 2 ? 2 : 3) && rec->child == own; /* its own first, then the other likeliest */
+        const cJSON *alt;
+        cJSON_ArrayForEach(alt, rec) ok &= alt == own || cJSON_GetNumberValue(cJSON_GetObjectItem(alt, "rank")) <= 2;
+        if (!ok) fprintf(stderr, "    prompt_logprobs[%d] = %s (rank %d)\n", i, cJSON_PrintUnformatted(rec), rank);
+    }
+    T_CHECK(ok, "prompt_logprobs are not the model's: %s", r.body);
+    cJSON_Delete(root);
+    resp_free(&r);
+    T_CHECK(http(s.port, "POST", "/v1/chat/completions", NULL,
+                 "{\"messages\":[{\"role\":\"user\",\"content\":\"Once upon a time\"}],\"max_tokens\":2,\"prompt_logprobs\":0,"
+                 "\"logprobs\":true,\"top_logprobs\":3}",
+                 &r) &&
+                r.status == 200,
+            "chat prompt_logprobs: %d %s", r.status, r.body);
+    root = cJSON_Parse(r.body);
+    pl = cJSON_GetObjectItem(root, "prompt_logprobs");
+    const cJSON *usage = cJSON_GetObjectItem(root, "usage"),
+                *content = cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(root, "choices"), 0), "logprobs"), "content");
+    T_CHECK(cJSON_GetArraySize(pl) == (int)cJSON_GetNumberValue(cJSON_GetObjectItem(usage, "prompt_tokens")) &&
+                cJSON_IsNull(cJSON_GetArrayItem(pl, 0)) && cJSON_GetArraySize(cJSON_GetArrayItem(pl, 1)) == 1 &&
+                cJSON_GetArraySize(content) == 2,
+            "chat: the response's prompt_logprobs, the answer's own logprobs: %s", r.body);
+    cJSON_Delete(root);
+    resp_free(&r);
+    static const char *const pl_bad[][2] = {{"{\"prompt\":\"a\",\"prompt_logprobs\":21}", "prompt_logprobs"},
+                                            {"{\"prompt\":\"a\",\"prompt_logprobs\":1,\"stream\":true}", "streaming"},
+                                            {"{\"prompt\":\"a\",\"prompt_logprobs\":1,\"echo\":true,\"logprobs\":2}", "must equal"}};
+    for (size_t i = 0; i < sizeof pl_bad / sizeof pl_bad[0]; i++) {
+        T_CHECK(http(s.port, "POST", "/v1/completions", NULL, pl_bad[i][0], &r) && r.status == 400 && strstr(r.body, pl_bad[i][1]), "%s: %d %s",
+                pl_bad[i][0], r.status, r.body);
+        resp_free(&r);
+    }
     T_CHECK(wait_pool_idle(s.port), "blocks still in use");
-    (void)tok, (void)st, (void)ids;
+    (void)tok, (void)ids;
     ref_stop(&rr);
 }
 

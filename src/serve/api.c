@@ -373,6 +373,26 @@ static int parse_logprobs(const cJSON *root, int chat, nv_api_request *out, nv_a
     return 0;
 }
 
+/* vLLM's prompt_logprobs: each prompt token's log-probability and its k likeliest alternatives
+ * (0..20), whole responses only (as vLLM's). With echo's prompt records they must agree. */
+static int parse_prompt_logprobs(const cJSON *root, nv_api_request *out, nv_api_error *err) {
+    long long k = 0;
+    int given, rc;
+    if ((rc = get_int(root, "prompt_logprobs", 0, NV_MAX_TOP_LOGPROBS, &k, &given, err)) || !given) return rc;
+    if (out->stream) {
+        nv_api_error_set(err, E400, NULL, "prompt_logprobs", "'prompt_logprobs' is not available when streaming");
+        return err->status;
+    }
+    if (out->req.prompt_logprobs && k != out->req.top_logprobs) { /* (one set of records serves both) */
+        nv_api_error_set(err, E400, NULL, "prompt_logprobs", "'prompt_logprobs' must equal 'logprobs' with 'echo'");
+        return err->status;
+    }
+    out->prompt_lp = 1;
+    out->req.prompt_logprobs = 1;
+    out->req.prompt_top = (int)k;
+    return 0;
+}
+
 /* A field this server does not implement: fine when absent, null or at its neutral value. */
 static int unsupported(const cJSON *root, const char *key, nv_api_error *err) {
     const cJSON *v = nv_api_field(root, key);
@@ -1476,6 +1496,7 @@ static int parse_root(const nv_api_ctx *ctx, int chat, const cJSON *root, const 
     }
     if (!chat && (rc = nv_api_get_bool(root, "echo", &out->echo, err))) return rc;
     out->req.prompt_logprobs = out->echo && out->req.logprobs; /* the echoed prompt's tokens get theirs too */
+    if ((rc = parse_prompt_logprobs(root, out, err))) return rc;
     if ((rc = parse_stop(root, po->max_stop, out, err))) return rc;
     out->req.n_own_stop = out->req.n_stop; /* the template's end of turn, added below, is the server's */
     out->req.think_budget = -1;
@@ -2041,6 +2062,35 @@ static void add_stop_reason(cJSON *c, const nv_req_status *st) {
     else cJSON_AddNullToObject(c, "stop_reason");
 }
 
+/* vLLM's prompt_logprobs: [null, {"<id>": {"logprob", "rank", "decoded_token"}, ...}, ...], each prompt
+ * token first, then its top alternatives (each id once; an alternative's rank its place among them). */
+static cJSON *prompt_logprobs_json(const nv_api_meta *m, const nv_api_choice *ch) {
+    cJSON *list = cJSON_CreateArray();
+    nv_buf b = {0};
+    char id[16];
+    for (int i = 0; i < ch->n_plps; i++) {
+        const nv_token_lp *t = &ch->plps[i];
+        if (t->unscored) {
+            cJSON_AddItemToArray(list, cJSON_CreateNull());
+            continue;
+        }
+        cJSON *o = cJSON_CreateObject();
+        const int n_top = t->n_top < ch->plp_top ? t->n_top : ch->plp_top;
+        for (int j = -1; j < n_top; j++) {
+            const int tok = j < 0 ? t->tok : t->top_tok[j];
+            snprintf(id, sizeof id, "%d", tok);
+            if (j >= 0 && tok == t->tok) continue;
+            cJSON *e = cJSON_AddObjectToObject(o, id);
+            cJSON_AddNumberToObject(e, "logprob", j < 0 ? t->logprob : t->top_lp[j]);
+            cJSON_AddNumberToObject(e, "rank", j < 0 ? t->rank : j + 1);
+            cJSON_AddStringToObject(e, "decoded_token", lp_name(m, t->prev, tok, &b));
+        }
+        cJSON_AddItemToArray(list, o);
+    }
+    nv_buf_free(&b);
+    return list;
+}
+
 char *nv_api_response_choices(const nv_api_meta *m, const nv_api_choice *ch, int n, int prompt_tokens,
                               int completion_tokens, int cached_tokens) {
     cJSON *root = envelope(m, m->chat ? "chat.completion" : "text_completion");
@@ -2069,7 +2119,9 @@ char *nv_api_response_choices(const nv_api_meta *m, const nv_api_choice *ch, int
         add_logprobs(c, &mi);
         cJSON_AddStringToObject(c, "finish_reason", ch[i].finish);
         add_stop_reason(c, ch[i].status);
+        if (!m->chat && ch[i].plps) cJSON_AddItemToObject(c, "prompt_logprobs", prompt_logprobs_json(m, &ch[i]));
     }
+    if (m->chat && n > 0 && ch[0].plps) cJSON_AddItemToObject(root, "prompt_logprobs", prompt_logprobs_json(m, &ch[0]));
     add_usage(root, m, prompt_tokens, completion_tokens, cached_tokens);
     return nv_api_print_free(root);
 }

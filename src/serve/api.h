@@ -76,6 +76,7 @@ typedef struct {
        it); 0, or its tags (ctx's think_tags, never 0), what grammars and answers are read with */
     int reasoning;
     int lp_ids;    /* vLLM's return_tokens_as_token_ids */
+    int prompt_lp; /* vLLM's prompt_logprobs: the response carries the prompt's records (req.prompt_top alternatives) */
     int no_think;  /* chat: the prompt was rendered with thinking off (nv_chat_opts') */
     const char *effort; /* chat: its reasoning effort (a static level name, nv_api_effort_level's), or NULL */
     int n; /* choices per prompt: that many sequences from each prompt */
@@ -243,6 +244,10 @@ typedef struct {
     const nv_tool_call *calls; /* chat: message.tool_calls (content null when text is empty) */
     int n_calls;
     const nv_req_status *status; /* vLLM's stop_reason from its stop_text and stop_token (NULL: null) */
+    /* vLLM's prompt_logprobs: the prompt's records (the first unscored), with top alternatives each; NULL:
+       none (completions: the choice's "prompt_logprobs"; chat: the response's, from the first choice) */
+    const nv_token_lp *plps;
+    int n_plps, plp_top;
 } nv_api_choice;
 char *nv_api_response_choices(const nv_api_meta *m, const nv_api_choice *choices, int n, int prompt_tokens,
                               int completion_tokens, int cached_tokens);

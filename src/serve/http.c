@@ -813,10 +813,13 @@ static enum MHD_Result generate(nv_http *h, struct MHD_Connection *c, conn_ctx *
     nv_lp_list lps[NV_MAX_CHOICES] = {0};
     nv_req_status rs[NV_MAX_CHOICES];
     int oom = 0;
+    /* vLLM's prompt_logprobs: the prompt's records come first, ahead of the answer's (with echo and
+       logprobs, both lists start with them) */
+    const int prompt_lp = ar.prompt_lp, prompt_top = ar.req.prompt_top, echo_lps = ar.echo && ar.req.logprobs;
     for (int i = 0; i < n; i++)
         if (ar.echo && echo[i]) nv_buf_puts(&text[i], echo[i]);
     for (int i = 0; i < n; i++) { /* in turn: a choice's wait lets the others run too */
-        if (!wait_done(h, r[i], fd, &text[i], meta.lp_on ? &lps[i] : NULL, &rs[i])) {
+        if (!wait_done(h, r[i], fd, &text[i], meta.lp_on || prompt_lp ? &lps[i] : NULL, &rs[i])) {
             release_all(h, r, n, 1);
             for (int j = 0; j < n; j++) free(lps[j].v), nv_buf_free(&text[j]);
             nv_api_request_free(&ar);
@@ -851,9 +854,11 @@ static enum MHD_Result generate(nv_http *h, struct MHD_Connection *c, conn_ctx *
             answer_split sp = split_init(reasoning, think_open, tools);
             oom |= split_feed(&sp, text[i].data ? text[i].data : "", text[i].len, 1, &why[i], &said[i], &calls[i], &n_calls[i]) < 0;
             split_free(&sp);
+            const int n_plps = prompt_lp && lps[i].n >= rs[i].prompt_tokens ? rs[i].prompt_tokens : 0, skip = echo_lps ? 0 : n_plps;
             ch[i] = (nv_api_choice){.text = said[i].data ? said[i].data : "", .finish = nv_api_finish_reason(rs[i].finish),
-                                    .lps = lps[i].v, .n_lps = lps[i].n, .reasoning = why[i].data /* NULL: none, the field is left out */,
-                                    .calls = calls[i], .n_calls = n_calls[i], .status = &rs[i]};
+                                    .lps = lps[i].v ? lps[i].v + skip : NULL, .n_lps = lps[i].n - skip, .reasoning = why[i].data /* NULL: none, the field is left out */,
+                                    .calls = calls[i], .n_calls = n_calls[i], .status = &rs[i],
+                                    .plps = n_plps ? lps[i].v : NULL, .n_plps = n_plps, .plp_top = prompt_top};
             if (n_calls[i] && rs[i].finish == NV_FINISH_STOP) ch[i].finish = "tool_calls";
         }
         char *body = NULL;
@@ -873,7 +878,7 @@ static enum MHD_Result generate(nv_http *h, struct MHD_Connection *c, conn_ctx *
             body = nv_olla_done(&pm.olla, &a);
         } else if (!oom && proto == P_LLAMACPP) {
             nv_lcpp_answer a = {pm.lcpp.prompt_only ? "" : ch[0].text, rs[0].finish, rs[0].stop_index, prompt, completion,
-                                rs[0].cached_tokens, rs[0].prompt_s, rs[0].gen_s, lps[0].v, lps[0].n, h->ctx.tok};
+                                rs[0].cached_tokens, rs[0].prompt_s, rs[0].gen_s, ch[0].lps, ch[0].n_lps, h->ctx.tok};
             body = nv_lcpp_response(&pm.lcpp, &a);
         } else if (!oom) {
             body = nv_api_response_choices(&meta, ch, n, prompt, completion, rs[0].cached_tokens);

@@ -116,6 +116,7 @@ struct nv_req {
     /* prompt log-probabilities (prompt_logprobs): record i for prompt token i, filled as the
      * prompt runs (loop thread), published whole when it has (plp_ready, under the lock) */
     nv_token_lp *plps;
+    int plp_k; /* their alternatives per token */
     int plp_ready, plp_sent;
     /* an embedding (embed): the sum over the prompt's rows of the final norm's output (loop thread) */
     double *embed_sum; /* [dim] */
@@ -378,7 +379,9 @@ nv_err nv_req_create(nv_req **out, const nv_req_params *p) {
     r->lp_k = !p->logprobs ? -1 : p->top_logprobs < 0 ? 0 : p->top_logprobs > NV_MAX_TOP_LOGPROBS ? NV_MAX_TOP_LOGPROBS : p->top_logprobs;
     if (e == NV_OK && r->lp_k >= 0 && !(r->lp_raw = malloc((size_t)p->vocab_size * sizeof(float))))
         e = nv_fail(NV_ENOMEM, "request: out of memory");
-    if (e == NV_OK && r->lp_k >= 0 && p->prompt_logprobs) {
+    r->plp_k = r->lp_k > p->prompt_top ? r->lp_k : p->prompt_top;
+    if (r->plp_k > NV_MAX_TOP_LOGPROBS) r->plp_k = NV_MAX_TOP_LOGPROBS;
+    if (e == NV_OK && p->prompt_logprobs) {
         if (!(r->plps = calloc((size_t)p->n_prompt, sizeof *r->plps))) e = nv_fail(NV_ENOMEM, "request: out of memory");
         else r->plps[0] = (nv_token_lp){.tok = r->prompt[0], .prev = NV_TOKEN_BOS, .unscored = 1};
     }
@@ -1634,6 +1637,8 @@ static void lp_compute(const float *raw, int n, int tok, int k, nv_token_lp *out
     out->tok = tok;
     out->logprob = raw[tok] - lse;
     out->n_top = 0;
+    out->rank = 1;
+    for (int i = 0; i < n; i++) out->rank += raw[i] > raw[tok];
     for (int i = 0; i < n && k > 0; i++) {
         if (out->n_top == k && !(raw[i] > out->top_lp[k - 1])) continue;
         int j = out->n_top < k ? out->n_top++ : k - 1;
@@ -1892,7 +1897,7 @@ static void plp_task(void *ctx, int task, int n_tasks) {
     const int vocab = j->s->model->config.vocab_size;
     (void)n_tasks;
     nv_token_lp *rec = &j->r->plps[j->p0 + task + 1];
-    lp_compute(j->s->plp_logits + (size_t)task * vocab, vocab, j->r->prompt[j->p0 + task + 1], j->r->lp_k, rec);
+    lp_compute(j->s->plp_logits + (size_t)task * vocab, vocab, j->r->prompt[j->p0 + task + 1], j->r->plp_k, rec);
     rec->prev = j->r->prompt[j->p0 + task];
 }
 

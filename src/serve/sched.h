@@ -125,6 +125,7 @@ typedef struct {
     int prev; /* the token before it (its text depends on it: no leading space after BOS) */
     int unscored; /* the prompt's first token: nothing precedes it, so no log-probability */
     float logprob;
+    int rank; /* its place among the vocabulary's tokens by logit, 1 the most likely (vLLM's) */
     int n_top;
     int top_tok[NV_MAX_TOP_LOGPROBS];
     float top_lp[NV_MAX_TOP_LOGPROBS];
@@ -183,9 +184,11 @@ typedef struct {
     int n_bias;
     int logprobs;     /* 1: report each token's log-probability */
     int top_logprobs; /* with it, the most likely alternatives per token (0..NV_MAX_TOP_LOGPROBS) */
-    int prompt_logprobs; /* with logprobs: the prompt's tokens too, published before the first
-                            generated token's (such a request computes its prompt in full: no
-                            prefix-cache hits) */
+    int prompt_logprobs; /* the prompt's tokens' records too, published before the first generated
+                            token's (such a request computes its prompt in full: no prefix-cache
+                            hits), with the more of top_logprobs (with logprobs) and prompt_top
+                            alternatives */
+    int prompt_top;
     nv_grammar *grammar; /* structured output: only sentences of this grammar are generated (the
                             request holds its own reference); the answer ends when one is whole */
     /* A lazy grammar (llama.cpp's): the answer is free until the trigger text appears (with
