@@ -1467,12 +1467,14 @@ static void test_serve_window_preemption(void) {
     T_CHECK(server_stop_within(&sv, 20) == 0 && want_low && want_high && want_short && want_ring, "the reference server failed");
     /* the only sequence, preempted by a lower priority value: its ring kept in RAM (a checkpoint), read
        back from the SSD tier (no RAM cache: both parts from disk), or no prefix cache at all */
-    char flags[3][1200];
+    /* (and with drafts by prompt lookup, whose rows past a sequence's position enter its ring) */
+    char flags[4][1200];
     const char *common = "--kv-block 4 --prefill-chunk 16 --max-batch 1 --swa-cache window --scheduling-policy priority";
     snprintf(flags[0], sizeof flags[0], "%s --kv-disk-cache 0", common);
     snprintf(flags[1], sizeof flags[1], "%s --kv-ram-cache 0 --kv-cache-dir '%s'", common, t_path("gwp-kvdisk"));
     snprintf(flags[2], sizeof flags[2], "%s --no-prefix-cache", common);
-    for (int k = 0; k < 3; k++) {
+    snprintf(flags[3], sizeof flags[3], "%s --kv-disk-cache 0 --spec-tokens 4", common);
+    for (int k = 0; k < 4; k++) {
         char name[32];
         snprintf(name, sizeof name, "gwp-window-%d", k);
         if (!server_spawn(&sv, name, NULL, "NERVE_LOG=debug NERVE_TEST_STEP_DELAY_MS=15", model, NULL, flags[k], 30)) {
@@ -1481,7 +1483,7 @@ static void test_serve_window_preemption(void) {
         }
         wp_job low = {.prompt = low_prompt, .max_tokens = LOW_TOKENS, .more = ", \"priority\": 3"},
                high = {.prompt = high_prompt, .max_tokens = HIGH_TOKENS, .more = ", \"priority\": -1"};
-        wp_run_pair(sv.port, &low, &high, 500);
+        wp_run_pair(sv.port, &low, &high, k == 3 ? 100 : 500); /* (drafts make the answer quick) */
         T_CHECK(metric(sv.port, "nerve_preemptions_total") == 1 && high.t_done < low.t_done, "%s: %g preemptions", flags[k],
                 metric(sv.port, "nerve_preemptions_total"));
         T_CHECK(low.got && !strcmp(low.got, want_low), "%s: the preempted answer: %.300s\n    against %.300s", flags[k],
@@ -1493,9 +1495,11 @@ static void test_serve_window_preemption(void) {
         char *log = read_log(&sv);
         /* at least its prompt's positions from the checkpoint (k 0) or from disk (k 1) */
         const char *back = strstr(log, "back: ");
+        if (!back) print_log(&sv);
         int ram = -1, all = 0, disk = -1;
         if (back) sscanf(back, "back: %d of its %d positions found in the prefix cache (%d on disk)", &ram, &all, &disk);
-        T_CHECK(k == 0 ? ram >= 40 && disk == 0 : k == 1 ? ram == 0 && disk >= 40 : ram == 0 && disk == 0, "%s: how it came back: %.200s",
+        /* (with drafts it is preempted early, when its prompt may still be running: any way back will do) */
+        T_CHECK(k == 3 || (k == 0 ? ram >= 40 && disk == 0 : k == 1 ? ram == 0 && disk >= 40 : ram == 0 && disk == 0), "%s: how it came back: %.200s",
                 flags[k], back ? back : "(not logged)");
         free(log);
         free(low.got), free(high.got);

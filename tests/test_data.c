@@ -31,12 +31,13 @@ static const char *write_ramp_u32(const char *name, int n, uint32_t first) {
     return p;
 }
 
-/* llm.c's shard of n tokens first + i: its header (magic, version 1, the count; 256 int32s), then
- * uint16 tokens (magic 20240520) or uint32 ones (20240801); `missing` tokens left off the end. */
-static const char *write_llmc(const char *name, int32_t magic, int n, uint32_t first, int missing) {
+/* llm.c's shard of n tokens first + i: its header (magic, version, the count; 256 int32s), then
+ * uint16 tokens (magic 20240520, version 1) or uint32 ones (20240801, version 7); `missing` tokens left
+ * off the end; version 0: its magic's. */
+static const char *write_llmc(const char *name, int32_t magic, int version, int n, uint32_t first, int missing) {
     const size_t width = magic == 20240520 ? 2 : 4, bytes = 1024 + (size_t)(n - missing) * width;
     uint8_t *v = calloc(1, 1024 + (size_t)n * width);
-    const int32_t head[3] = {magic, 1, n};
+    const int32_t head[3] = {magic, version ? version : magic == 20240520 ? 1 : 7, n};
     memcpy(v, head, sizeof head);
     for (int i = 0; i < n; i++) {
         const uint32_t t = first + (uint32_t)i;
@@ -115,7 +116,7 @@ static void test_u32_and_mixed_sources(void) {
     T_CHECK(from_big > 2 * from_small && from_small > 200, "big %d small %d", from_big, from_small);
     nv_dataset_close(&ds);
     /* llm.c's shards (GPT-2's uint16 tokens, Llama 3's uint32 ones): the tokens after the header */
-    const char *llmc[2] = {write_llmc("gpt2.bin", 20240520, 2000, 50000, 0), write_llmc("llama3.bin", 20240801, 1500, 90000, 0)};
+    const char *llmc[2] = {write_llmc("gpt2.bin", 20240520, 0, 2000, 50000, 0), write_llmc("llama3.bin", 20240801, 0, 1500, 90000, 0)};
     if (!open_ok(&ds, llmc, 2, NULL, 100000, 0.1f)) return;
     T_CHECK(ds.src[0].width == 2 && ds.src[0].n_tokens == 2000 && ds.src[1].width == 4 && ds.src[1].n_tokens == 1500, "llm.c: widths %d %d, %llu %llu tokens",
             ds.src[0].width, ds.src[1].width, (unsigned long long)ds.src[0].n_tokens, (unsigned long long)ds.src[1].n_tokens);
@@ -276,7 +277,8 @@ static void test_malformed_inputs(void) {
     expect_open_fails(t_write("oov.u32", bad32, sizeof bad32), NULL, 100000, NV_EFORMAT, "100000");
     expect_open_fails(t_write("odd.bin", "abc", 3), NULL, 512, NV_EFORMAT, "odd.bin");
     expect_open_fails(t_write("odd.u32", "abcdef", 6), NULL, 512, NV_EFORMAT, "4-byte");
-    expect_open_fails(write_llmc("cut.bin", 20240520, 1000, 10, 1), NULL, 60000, NV_EFORMAT, "llm.c shard of 1000");
+    expect_open_fails(write_llmc("cut.bin", 20240520, 0, 1000, 10, 1), NULL, 60000, NV_EFORMAT, "llm.c shard of 1000");
+    expect_open_fails(write_llmc("v1.bin", 20240801, 1, 1000, 10, 0), NULL, 60000, NV_EFORMAT, "version 1, not 7");
     expect_open_fails(t_path("missing.bin"), NULL, 512, NV_EIO, "missing.bin");
     expect_open_fails(t_path("missing.txt"), NULL, 512, NV_EINVAL, "tokenizer");
     expect_open_fails(t_tmpdir(), NULL, 512, NV_EINVAL, "tokenizer");

@@ -513,6 +513,17 @@ static void test_sampler_adjustments(void) {
     T_CHECK(!memcmp(l, rl, sizeof l), "repeat_last_n 0 left a penalty");
     T_CHECK(nv_sampler_set_penalty_window(&s, -2, prompt, 3) == NV_EINVAL, "a window of -2 was accepted");
     nv_sampler_free(&s);
+    /* llama.cpp's order over a window: the penalties, then DRY (token 1 followed the history's last
+       token 0 before: DRY takes 1 from it after the repetition penalty halved it) */
+    static const int rep_prompt[3] = {0, 1, 0};
+    T_CHECK(nv_sampler_init(&s, 4, 0.0f, 0.0f, 1) == NV_OK && nv_sampler_set_repetition(&s, 2.0f, rep_prompt, 3) == NV_OK &&
+                nv_sampler_set_penalty_window(&s, 64, rep_prompt, 3) == NV_OK &&
+                nv_sampler_set_dry(&s, 1.0f, 1.0f, 1, -1, NULL, rep_prompt, 3) == NV_OK,
+            "%s", nv_errmsg());
+    memcpy(l, rl, sizeof l);
+    nv_sample(&s, l);
+    T_CHECK(l[1] == 2.5f / 2.0f - 1.0f, "the penalties, then DRY: %g, want %g", l[1], 2.5 / 2 - 1);
+    nv_sampler_free(&s);
 }
 
 /* The tokens a sampler with llama.cpp's further filters draws from logits log(p) over 200 seeds, as a

@@ -2957,6 +2957,10 @@ static void test_embedding_pooling(void) {
     cJSON_DeleteItemFromObject(j, "add_eos_token");
     json_put("pool-hf/tokenizer_config.json", j);
     check_pooled("pool-hf-template", dir, exact, text, rows_eos, n, n + 1, d);
+    j = json_in(dir, "tokenizer_config.json"); /* the config's word wins over the template's */
+    cJSON_AddFalseToObject(j, "add_eos_token");
+    json_put("pool-hf/tokenizer_config.json", j);
+    check_pooled("pool-hf-config-false", dir, exact, text, rows, n - 1, n, d);
     /* max pooling: refused */
     static const char max_cfg[] = "{\"word_embedding_dimension\": 64, \"pooling_mode_max_tokens\": true}";
     t_write("pool-hf/1_Pooling/config.json", max_cfg, strlen(max_cfg));

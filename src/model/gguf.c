@@ -1337,7 +1337,8 @@ static nv_err take_pooling(const nv_gguf *g, nv_model *m) {
     if (!arch || !nv_gguf_find(g, key)) return NV_OK;
     int64_t v;
     NV_TRY(get_int(g, key, 0, &v));
-    if (v < -1 || v > 4) return nv_fail(NV_EFORMAT, "%s: its pooling_type is %lld, not one of -1 to 4", g->path, (long long)v);
+    /* (a later kind is no reason to refuse the model: embeddings then pool as --pooling or the mean) */
+    if (v < -1 || v > 4) nv_warn("%s: its pooling_type %lld is not one nerve knows (-1 to 4): ignored", g->path, (long long)v);
     m->pooling = v >= NV_POOLING_MEAN && v <= NV_POOLING_LAST ? (int)v : NV_POOLING_DEFAULT;
     return NV_OK;
 }

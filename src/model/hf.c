@@ -891,6 +891,10 @@ static nv_err folder_pooling(const char *config_path, int *out) {
             e = nv_fail(NV_EUNSUPPORTED, "%s: '%s' is not supported (one of mean, CLS or the last token)", p, modes[i].key);
         else if (e == NV_OK && yes) *out = modes[i].pooling;
     }
+    int with_prompt = 1; /* an instruction prompt left out of the mean: the server cannot tell it from the text */
+    if (e == NV_OK) e = get_flag(p, pc, "include_prompt", 1, &with_prompt);
+    if (e == NV_OK && !with_prompt && *out == NV_POOLING_MEAN)
+        nv_warn("%s: its mean leaves out an instruction prompt (include_prompt false); served embeddings pool every token", p);
     cJSON_Delete(pc);
     return e;
 }
@@ -1221,16 +1225,16 @@ static nv_err vocab_read(const char *path, nv_hf_vocab *v) {
     if (err == NV_OK) err = id_of(path, &x, special_text(cfg, "eos_token"), "EOS", &b->eos);
     if (err == NV_OK) err = get_flag(path, cfg, "add_bos_token", pp_bos ? 1 : -1, &b->add_bos);
     b->eot = b->eom = -1;
-    /* a template that ends a text with a special token: the vocabulary adds it as EOS (llama.cpp's
-       reading; one other than eos_token becomes EOS, and eos_token the end of a turn) */
+    /* a template that ends a text with a special token: the vocabulary adds it as EOS, unless the
+       config says otherwise (llama.cpp's reading: one other than eos_token becomes EOS, and eos_token
+       the end of a turn) */
     const char *pp_eos = template_eos(field(root, "post_processor"));
-    const int end_id = pp_eos ? index_find(&x, pp_eos, strlen(pp_eos)) : -1;
-    if (err == NV_OK && end_id >= 0 && end_id != b->bos) {
-        if (b->eos >= 0 && b->eos != end_id) b->eot = b->eos;
+    const int end_id = pp_eos ? index_find(&x, pp_eos, strlen(pp_eos)) : -1, ends = end_id >= 0 && end_id != b->bos;
+    if (err == NV_OK) err = get_flag(path, cfg, "add_eos_token", ends, &b->add_eos);
+    if (err == NV_OK && b->add_eos && ends && end_id != b->eos) {
+        if (b->eos >= 0) b->eot = b->eos;
         b->eos = end_id;
-        b->add_eos = 1;
     }
-    if (err == NV_OK) err = get_flag(path, cfg, "add_eos_token", b->add_eos, &b->add_eos);
     if (err == NV_OK && !byte_fallback) {
         v->byte_level = 1;
         err = byte_level_norm(path, field(root, "normalizer"), &v->nfc);

@@ -279,15 +279,16 @@ static void window_penalize(nv_sampler *s, float *logits) {
     }
 }
 
-/* The bias, DRY, then the repetition penalty, then presence and frequency (vLLM's order; llama.cpp's
- * over its window). */
+/* The bias, DRY, then the repetition penalty, then presence and frequency (vLLM's order); over a
+ * window, llama.cpp's: the bias, the penalties, then DRY. */
 static void adjust_logits(nv_sampler *s, float *logits) {
     for (int i = 0; i < s->n_bias; i++) logits[s->bias_tok[i]] += s->bias[i];
-    if (s->dry_multiplier > 0.0f) dry_penalize(s, logits);
     if (s->window) {
         if (s->window > 0) window_penalize(s, logits);
+        if (s->dry_multiplier > 0.0f) dry_penalize(s, logits);
         return;
     }
+    if (s->dry_multiplier > 0.0f) dry_penalize(s, logits);
     if (s->present && s->repetition != 1.0f)
         for (int i = 0; i < s->n_rep; i++) {
             float *l = &logits[s->rep_list[i]];

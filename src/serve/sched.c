@@ -367,7 +367,10 @@ nv_err nv_req_create(nv_req **out, const nv_req_params *p) {
     if (e == NV_OK) e = nv_sampler_set_filters(&r->sampler, p->top_k, p->min_p);
     if (e == NV_OK && p->repetition_penalty > 0)
         e = nv_sampler_set_repetition(&r->sampler, p->repetition_penalty, r->prompt, r->n_prompt);
-    if (e == NV_OK && p->penalty_window) e = nv_sampler_set_penalty_window(&r->sampler, p->penalty_last_n, r->prompt, r->n_prompt);
+    /* (neutral penalties need no window, as llama.cpp's are then no step at all) */
+    const int penalized = (p->repetition_penalty > 0 && p->repetition_penalty != 1.0f) || p->presence_penalty != 0 || p->frequency_penalty != 0;
+    if (e == NV_OK && p->penalty_window && penalized)
+        e = nv_sampler_set_penalty_window(&r->sampler, p->penalty_last_n, r->prompt, r->n_prompt);
     if (e == NV_OK && ((p->typical_p > 0 && p->typical_p < 1) || p->top_n_sigma > 0 || p->xtc_probability > 0))
         e = nv_sampler_set_more(&r->sampler, p->typical_p > 0 ? p->typical_p : 1.0f, p->top_n_sigma, p->xtc_probability,
                                 p->xtc_threshold);
@@ -1154,6 +1157,10 @@ static void admit(nv_sched *s) {
             retire(s, r, NV_FINISH_ERROR);
             continue;
         }
+        /* its blocks: overcommitted, its prompt's and first answer position's (the rest as it goes:
+           grow), with a block left for each running sequence's next one */
+        const int now = overcommit(s) ? nv_kv_blocks_for(&s->pool, (long)fill_end(r) + 1) : r->blocks_needed;
+        const int own = now < r->blocks_needed ? now : r->blocks_needed, headroom = overcommit(s) ? s->n_running : 0;
         /* the longest cached prefix: RAM first, then the chain goes on from disk */
         int hits = 0, idle_hits = 0, on_disk = 0, ck = -1, shared = 0, wpoint = 0;
         /* a prompt whose rows are read (log-probabilities until whole, embedding) runs in full */
@@ -1172,7 +1179,7 @@ static void admit(nv_sched *s) {
                     wpoint = wdisk_point(s, r, hits, top);
                     const int from_ram = wpoint < shared ? wpoint : shared;
                     /* its reservation holds every block of its own, for the fallback (restore_fallback) */
-                    if (wpoint && nv_kv_available(&s->pool) < r->blocks_needed + idle_count(s, r, from_ram)) wpoint = 0;
+                    if (wpoint && nv_kv_available(&s->pool) < own + idle_count(s, r, from_ram)) wpoint = 0;
                     if (wpoint) ck = -1, hits = from_ram, on_disk = wpoint - from_ram;
                 }
             } else {
@@ -1180,18 +1187,16 @@ static void admit(nv_sched *s) {
             }
             idle_hits = idle_count(s, r, hits);
         }
-        /* its blocks: overcommitted, its prompt's and first answer position's (the rest as it goes:
-           grow), with a block left for each running sequence's next one */
-        const int now = overcommit(s) ? nv_kv_blocks_for(&s->pool, (long)fill_end(r) + 1) : r->blocks_needed;
-        const int own = now < r->blocks_needed ? now : r->blocks_needed, headroom = overcommit(s) ? s->n_running : 0;
         int need = own - (wpoint ? 0 : hits); /* blocks of its own, disk restores included */
         const int wneed = ring_blocks(s, r->blocks_needed);
         const int short_by = need + idle_hits + headroom - nv_kv_available(&s->pool);
-        /* (split pages: the checkpoints give way to a ring, ck too, its prompt then run whole below) */
-        const int wshort = wneed ? wneed - nv_kv_available(&s->wpool) - s->ckpt_blocks : 0;
+        /* split pages: the other checkpoints give way to a ring; ck's own room, too, only where nobody it
+           outranks can make it (its prompt then runs whole, below) */
+        const int ck_room = ck >= 0 ? s->ckpts[ck].n_ring : 0;
+        const int wshort = wneed ? wneed - nv_kv_available(&s->wpool) - (s->ckpt_blocks - ck_room) : 0;
         if (short_by > 0 || wshort > 0 || s->n_running >= s->o.max_batch) { /* the head waits; nobody overtakes it */
             if (preempt_for(s, r, hits, short_by, wshort)) continue; /* (their blocks may be its hits now) */
-            break;
+            if (short_by > 0 || wshort > ck_room || s->n_running >= s->o.max_batch) break;
         }
         if (wneed) {
             ck = ckpt_make_room(s, wneed, ck); /* checkpoints go only for a request the pool holds */

@@ -741,9 +741,9 @@ static nv_err load_chat(nv_source *s, const nv_tokenizer *tok, nv_chat_template 
     return e;
 }
 
-/* llm.c's shards: a header of 256 int32s (its magic, version 1, the token count), then the tokens:
- * 20240520 GPT-2's uint16 ones, 20240801 Llama 3's uint32 ones. */
-enum { LLMC_HEADER = 1024, LLMC_U16 = 20240520, LLMC_U32 = 20240801 };
+/* llm.c's shards: a header of 256 int32s (its magic, its version, the token count), then the tokens:
+ * magic 20240520 version 1 GPT-2's uint16 ones, 20240801 version 7 Llama 3's uint32 ones. */
+enum { LLMC_HEADER = 1024, LLMC_U16 = 20240520, LLMC_U32 = 20240801, LLMC_U16_VERSION = 1, LLMC_U32_VERSION = 7 };
 
 /* A token shard: flat little-endian tokens (uint16 in a .bin, uint32 in a .u32), or llm.c's. */
 static nv_err open_shard(nv_source *s) {
@@ -752,8 +752,11 @@ static nv_err open_shard(nv_source *s) {
     s->tokens = s->map.data;
     int32_t h[3] = {0, 0, 0};
     if (s->map.len >= LLMC_HEADER) memcpy(h, s->map.data, sizeof h);
-    /* (a flat shard would have to begin with the tokens 54984, 308, 1, 0, or a u32 one with an id past 20 million) */
-    if ((h[0] == LLMC_U16 || h[0] == LLMC_U32) && h[1] == 1) {
+    /* (a flat shard would have to begin with the tokens 54984, 308, or a u32 one with an id past 20 million) */
+    if (h[0] == LLMC_U16 || h[0] == LLMC_U32) {
+        const int version = h[0] == LLMC_U16 ? LLMC_U16_VERSION : LLMC_U32_VERSION;
+        if (h[1] != version)
+            return nv_fail(NV_EFORMAT, "%s: an llm.c shard of version %d, not %d (the one its magic %d has)", s->path, h[1], version, h[0]);
         s->width = h[0] == LLMC_U16 ? 2 : 4;
         if (h[2] < 0 || s->map.len - LLMC_HEADER != (size_t)h[2] * (size_t)s->width)
             return nv_fail(NV_EFORMAT, "%s: an llm.c shard of %d %d-byte tokens is %zu bytes, not %zu (truncated?)", s->path, h[2], s->width,
