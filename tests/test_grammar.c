@@ -227,6 +227,17 @@ static void test_schemas(void) {
         {"{\"type\":\"number\",\"exclusiveMaximum\":100}", {"99.9999999999999", "99.5", "-3"}, {"99.99999999999999", "99.9999999999999999", "100"}},
         {"{\"type\":\"number\",\"exclusiveMinimum\":false}", {"1e5", "-2.5"}, {"x"}}, /* draft 4's boolean alone bounds nothing */
         {"{\"type\":\"number\",\"minimum\":-9007199254740992}", {"-9007199254740992", "5"}, {"-9007199254740993"}},
+        /* multipleOf: few multiples in range, listed; open ranges digit by digit (c 10^m: c's multiples, then m zeros) */
+        {"{\"type\":\"integer\",\"minimum\":0,\"maximum\":100,\"multipleOf\":5}", {"0", "5", "35", "100"}, {"3", "105", "-5", "050"}},
+        {"{\"type\":\"integer\",\"multipleOf\":7}", {"0", "7", "-49", "9999999999999996", "343"}, {"8", "-50", "70000000000000000", "07"}},
+        {"{\"type\":\"integer\",\"minimum\":1,\"multipleOf\":12}", {"12", "144", "1200000"}, {"0", "-12", "13", "1212121212121213"}},
+        {"{\"type\":\"integer\",\"maximum\":0,\"multipleOf\":3}", {"0", "-3", "-999"}, {"3", "-4"}},
+        {"{\"type\":\"integer\",\"multipleOf\":2500}", {"2500", "-5000", "1000000", "0"}, {"250", "2600", "12500000000000000000"}},
+        {"{\"type\":\"integer\",\"multipleOf\":1000}", {"1000", "17000", "0"}, {"100", "1500"}},
+        {"{\"type\":\"integer\",\"multipleOf\":0.5}", {"1", "-3", "12"}, {"1.5"}}, /* every integer */
+        {"{\"type\":\"number\",\"multipleOf\":0.01}", {"0.07", "12", "-3.5", "19.99"}, {"0.001", "1e2", "1.999"}},
+        {"{\"type\":\"number\",\"minimum\":0,\"maximum\":10,\"multipleOf\":0.1}", {"0", "9.9", "10", "10.0", "3.2"}, {"10.1", "0.25", "-0.1"}},
+        {"{\"type\":\"number\",\"multipleOf\":4}", {"8", "-12", "0"}, {"6", "8.0", "4.5"}},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         nv_grammar *g = schema_grammar(cases[i].schema);
@@ -250,6 +261,13 @@ static void test_schema_refusals(void) {
         {"{\"type\":\"number\",\"minimum\":1,\"exclusiveMaximum\":1}", "no number between", NV_EINVAL},
         {"{\"type\":\"number\",\"maximum\":\"1\"}", "must be numbers", NV_EINVAL},
         {"{\"type\":\"array\",\"uniqueItems\":true}", "'uniqueItems'", NV_EUNSUPPORTED},
+        {"{\"type\":\"integer\",\"multipleOf\":7919}", "at most 4096 multiples", NV_EUNSUPPORTED},
+        {"{\"type\":\"integer\",\"minimum\":100000,\"multipleOf\":3}", "at most 4096 multiples", NV_EUNSUPPORTED},
+        {"{\"type\":\"integer\",\"minimum\":1,\"maximum\":4,\"multipleOf\":5}", "no multiple of 5", NV_EINVAL},
+        {"{\"type\":\"integer\",\"multipleOf\":1.5}", "'multipleOf' 1.5", NV_EUNSUPPORTED},
+        {"{\"type\":\"number\",\"multipleOf\":0.25}", "'multipleOf' 0.25", NV_EUNSUPPORTED},
+        {"{\"type\":\"number\",\"multipleOf\":0}", "above 0", NV_EINVAL},
+        {"{\"multipleOf\":2}", "'multipleOf' without a 'type'", NV_EUNSUPPORTED},
         {"{\"type\":\"array\",\"prefixItems\":[{}],\"items\":false,\"minItems\":2}", "matches nothing", NV_EINVAL},
         {"{\"type\":\"array\",\"prefixItems\":{}}", "a list of schemas", NV_EINVAL},
         {"{\"type\":\"array\",\"additionalItems\":false}", "'additionalItems' without", NV_EUNSUPPORTED},

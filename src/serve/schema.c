@@ -356,8 +356,8 @@ static int nonzero_digits(sc *c, int n) {
 #define EXACT_DIGITS 15
 
 /* The decimal spellings (no leading zeros) of lo..hi, 0 <= lo <= hi <= INT_LIMIT: alternatives
- * appended to body, one per digit count. frac: each followed by a point and digits not all zero,
- * EXACT_DIGITS in all at most (a digit count that leaves none is left out). */
+ * appended to body, one per digit count. frac > 0: each followed by a point and up to frac digits
+ * not all zero, EXACT_DIGITS in all at most (a digit count that leaves none is left out). */
 static void naturals(sc *c, nv_gbody *body, long long lo, long long hi, int *first, int frac) {
     long long p = 1;
     for (int d = 1; d <= INT_DIGITS && lo <= hi; d++, p *= 10) {
@@ -374,7 +374,7 @@ static void naturals(sc *c, nv_gbody *body, long long lo, long long hi, int *fir
         nv_gbody_ref(body, digits_between(c, sa, sz, d));
         if (frac) {
             nv_gbody_lit(c->b, body, ".", 1);
-            nv_gbody_ref(body, nonzero_digits(c, EXACT_DIGITS - d));
+            nv_gbody_ref(body, nonzero_digits(c, EXACT_DIGITS - d < frac ? EXACT_DIGITS - d : frac));
         }
     }
 }
@@ -391,6 +391,108 @@ static int integer_range(sc *c, long long lo, long long hi) {
         first = 0;
     }
     if (hi >= 0) naturals(c, &body, lo > 0 ? lo : 0, hi, &first, 0);
+    return nv_gbuild_add(c->b, &body);
+}
+
+/* ---- multiples ---- */
+
+#define MULT_LISTED 4096 /* the most multiples in a range written out one by one (a trie) */
+#define MULT_STATES 100  /* the largest divisor (its factors of 10 aside) followed digit by digit */
+
+static int literal_trie(sc *c, char **lits, int n, size_t d);
+
+/* Positive multiples of k (2..MULT_STATES) of 1..n digits, digit by digit: rest[m k + r] is what may
+ * follow digits of remainder r when up to m more may come, ending at remainder 0 (-1: nothing can). */
+static int positive_multiples(sc *c, long long k, int n) {
+    int *rest = malloc((size_t)n * (size_t)k * sizeof *rest);
+    if (!rest) return fail(c, NV_ENOMEM, "out of memory");
+    nv_gbody body = {0};
+    for (int m = 0; m < n && c->err == NV_OK; m++)
+        for (long long r = 0; r < k; r++) {
+            int alts = 0;
+            if (r == 0) nv_gbody_alt(&body), alts++; /* (it may end here) */
+            for (long long t = 0; m > 0 && t < k; t++) { /* the digits taking r to t, where t can still end */
+                const int next = rest[(size_t)(m - 1) * (size_t)k + (size_t)t];
+                char digits[11] = "";
+                for (int d = 0, i = 0; d < 10; d++)
+                    if ((10 * r + d) % k == t) digits[i++] = (char)('0' + d);
+                if (next < 0 || !digits[0]) continue;
+                if (alts++) nv_gbody_alt(&body);
+                nv_gbody_chars(c->b, &body, digits);
+                nv_gbody_ref(&body, next);
+            }
+            rest[(size_t)m * (size_t)k + (size_t)r] = alts ? nv_gbuild_add(c->b, &body) : -1;
+        }
+    int alts = 0; /* the first digit, not 0 */
+    for (int d = 1; d < 10 && c->err == NV_OK; d++) {
+        const int next = rest[(size_t)(n - 1) * (size_t)k + (size_t)(d % k)];
+        if (next < 0) continue;
+        if (alts++) nv_gbody_alt(&body);
+        const char one[2] = {(char)('0' + d), 0};
+        nv_gbody_lit(c->b, &body, one, 1);
+        nv_gbody_ref(&body, next);
+    }
+    free(rest);
+    return alts ? nv_gbuild_add(c->b, &body) : fail(c, NV_EINVAL, "no multiple of %lld has at most %d digits", k, n);
+}
+
+static int cmp_num_text(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* JSON Schema's multipleOf k (whole, >= 2) on the integers lo..hi: written out as a trie when there
+ * are at most MULT_LISTED of them; else, in a range open at each end it is not 0 at (any number, the
+ * naturals, the negatives), digit by digit for k = c 10^m with c <= MULT_STATES (c's multiples, then m
+ * zeros). Anything else is refused, as every constraint is enforced or refused. */
+static int integer_multiples(sc *c, long long lo, long long hi, long long k) {
+    const long long m_lo = lo >= 0 ? (lo + k - 1) / k : -((-lo) / k), m_hi = hi >= 0 ? hi / k : -((-hi + k - 1) / k);
+    if (m_lo > m_hi) return fail(c, NV_EINVAL, "no multiple of %lld lies between the integer bounds", k);
+    if (m_hi - m_lo < MULT_LISTED) {
+        const int n = (int)(m_hi - m_lo + 1);
+        char **lits = calloc((size_t)n, sizeof *lits);
+        if (!lits) return fail(c, NV_ENOMEM, "out of memory");
+        for (int i = 0; i < n && c->err == NV_OK; i++)
+            if (!(lits[i] = malloc(24))) fail(c, NV_ENOMEM, "out of memory");
+            else snprintf(lits[i], 24, "%lld", (m_lo + i) * k);
+        int r = 0;
+        if (c->err == NV_OK) {
+            qsort(lits, (size_t)n, sizeof *lits, cmp_num_text);
+            r = literal_trie(c, lits, n, 0);
+        }
+        for (int i = 0; i < n; i++) free(lits[i]);
+        free(lits);
+        return r;
+    }
+    /* the positive multiples, the negative ones: none or all of each (up to INT_DIGITS digits) */
+    const int pos = hi >= k, neg = lo <= -k, zero = lo <= 0 && hi >= 0;
+    long long core = k;
+    int zeros = 0;
+    while (core % 10 == 0) core /= 10, zeros++;
+    if ((pos && (hi != INT_LIMIT || lo > k)) || (neg && (lo != -INT_LIMIT || hi < -k)) || core > MULT_STATES)
+        return fail(c, NV_EUNSUPPORTED, "'multipleOf' %lld between these bounds is not supported (at most %d multiples in range; or a "
+                                        "range open at its ends away from 0, for a divisor of at most %d times a power of 10)",
+                    k, MULT_LISTED, MULT_STATES);
+    const char tail[] = "0000000000000000";
+    nv_gbody body = {0};
+    int mult; /* the digits before the zeros: core's multiples, or any (core 1: [1-9][0-9]{0, 15 - zeros}) */
+    if (core > 1) {
+        mult = positive_multiples(c, core, INT_DIGITS - zeros);
+    } else {
+        nv_gbody_range(c->b, &body, '1', '9');
+        nv_gbody_ref(&body, repeat(c, digit(c), 0, INT_DIGITS - zeros - 1));
+        mult = nv_gbuild_add(c->b, &body);
+    }
+    nv_gbody_ref(&body, mult);
+    nv_gbody_lit(c->b, &body, tail, (size_t)zeros);
+    const int positive = nv_gbuild_add(c->b, &body);
+    int first = 1;
+    const int parts[3] = {zero, pos, neg};
+    for (int i = 0; i < 3; i++) {
+        if (!parts[i]) continue;
+        if (!first) nv_gbody_alt(&body);
+        first = 0;
+        if (i == 0) nv_gbody_lit(c->b, &body, "0", 1);
+        if (i == 2) nv_gbody_lit(c->b, &body, "-", 1);
+        if (i) nv_gbody_ref(&body, positive);
+    }
     return nv_gbuild_add(c->b, &body);
 }
 
@@ -475,7 +577,7 @@ static const char *const known_keys[] = {"type",      "properties", "required", 
                                          "items",     "minItems",   "maxItems",  "minLength", "prefixItems", "additionalItems",
                                          "maxLength", "enum",       "const",     "anyOf",
                                          "oneOf",     "allOf",      "$ref",      "format",
-                                         "minimum",   "maximum",    "exclusiveMinimum", "exclusiveMaximum"};
+                                         "minimum",   "maximum",    "exclusiveMinimum", "exclusiveMaximum", "multipleOf"};
 
 static int in_list(const char *k, const char *const *list, size_t n) {
     for (size_t i = 0; i < n; i++)
@@ -1062,10 +1164,37 @@ static int gen_string(sc *c, const cJSON *s) {
     return string_len(c, min, max);
 }
 
+/* multipleOf's divisor of integers into *k: a whole one, or 1 for an inverse of one (0.5, 0.1: every
+ * integer is a multiple), or one of a decimal's digits (0.01) into *frac_digits (numbers only:
+ * frac_digits NULL for integers); 0 (refused) for anything else. Absent: *k 1. */
+static int multiple_of(sc *c, const cJSON *s, long long *k, int *frac_digits) {
+    const cJSON *mo = cJSON_GetObjectItemCaseSensitive(s, "multipleOf");
+    *k = 1;
+    if (frac_digits) *frac_digits = 0;
+    if (!mo) return 1;
+    if (!cJSON_IsNumber(mo) || !(mo->valuedouble > 0) || !isfinite(mo->valuedouble))
+        return fail(c, NV_EINVAL, "'multipleOf' must be a number above 0");
+    const double v = mo->valuedouble, inv = 1.0 / v;
+    if (v == floor(v) && v <= 1e15) {
+        *k = (long long)v;
+        return 1;
+    }
+    for (int n = 1; frac_digits && n <= FRAC_DIGITS; n++) /* 10^-n, as a double spells it */
+        if (fabs(v * pow(10.0, n) - 1.0) < 1e-9) {
+            *frac_digits = n;
+            return 1;
+        }
+    if (!frac_digits && inv == floor(inv)) return 1;
+    return fail(c, NV_EUNSUPPORTED, "'multipleOf' %g is not supported (on integers: a whole number up to 10^15 or the inverse of one; "
+                                    "on numbers: also 0.1, 0.01, ...)", v);
+}
+
 /* Integer bounds: minimum/maximum, exclusiveMinimum/exclusiveMaximum as numbers (draft 6 on) or
- * booleans beside them (draft 4). */
+ * booleans beside them (draft 4); multipleOf. */
 static int gen_integer(sc *c, const cJSON *s) {
     double lo = -(double)INT_LIMIT, hi = (double)INT_LIMIT;
+    long long k;
+    if (!multiple_of(c, s, &k, NULL)) return 0;
     const cJSON *mn = cJSON_GetObjectItemCaseSensitive(s, "minimum"), *mx = cJSON_GetObjectItemCaseSensitive(s, "maximum");
     const cJSON *xmn = cJSON_GetObjectItemCaseSensitive(s, "exclusiveMinimum");
     const cJSON *xmx = cJSON_GetObjectItemCaseSensitive(s, "exclusiveMaximum");
@@ -1075,7 +1204,7 @@ static int gen_integer(sc *c, const cJSON *s) {
             return fail(c, NV_EUNSUPPORTED, "'format' on an integer: only int32 and int64 are supported");
         if (!strcmp(fmt->valuestring, "int32")) lo = -2147483648.0, hi = 2147483647.0;
     }
-    if (!mn && !mx && !xmn && !xmx && lo < -2147483648.0) return integer(c);
+    if (!mn && !mx && !xmn && !xmx && lo < -2147483648.0 && k == 1) return integer(c);
     const cJSON *all[] = {mn, mx, xmn, xmx};
     for (int i = 0; i < 4; i++) {
         if (all[i] && !cJSON_IsNumber(all[i]) && !(i >= 2 && cJSON_IsBool(all[i])))
@@ -1090,7 +1219,9 @@ static int gen_integer(sc *c, const cJSON *s) {
     if (lo < -(double)INT_LIMIT) lo = -(double)INT_LIMIT;
     if (hi > (double)INT_LIMIT) hi = (double)INT_LIMIT;
     if (lo > hi) return fail(c, NV_EINVAL, "the integer bounds leave no integer between them");
-    return integer_range(c, (long long)lo, (long long)hi);
+    /* (INT_LIMIT is past a double's whole numbers: the open ends as it is) */
+    const long long lo_i = lo <= -(double)INT_LIMIT ? -INT_LIMIT : (long long)lo, hi_i = hi >= (double)INT_LIMIT ? INT_LIMIT : (long long)hi;
+    return k > 1 ? integer_multiples(c, lo_i, hi_i, k) : integer_range(c, lo_i, hi_i);
 }
 
 /* A number's bounds (minimum, maximum, exclusive ones as numbers or draft 4's booleans beside
@@ -1121,15 +1252,15 @@ static int number_bounds(sc *c, const cJSON *s, long long *lo, int *lo_x, long l
 
 /* A number between whole bounds, written without an exponent: a whole value in range (then ".0..."
  * or not), or one strictly between two whole numbers k and k + 1 that both lie in range: k's digits
- * (-m for -(m + 1) < v < -m), a point and digits not all zero, 15 significant digits at most (more
- * could name a double on an excluded bound: 99.9999999999999999 is 100.0). */
-static int number_range(sc *c, long long lo, int lo_x, long long hi, int hi_x) {
+ * (-m for -(m + 1) < v < -m), a point and up to frac digits not all zero, 15 significant digits at
+ * most (more could name a double on an excluded bound: 99.9999999999999999 is 100.0). */
+static int number_range(sc *c, long long lo, int lo_x, long long hi, int hi_x, int frac) {
     const long long whole_lo = lo + lo_x, whole_hi = hi - hi_x;
     if (lo > hi || (lo == hi && (lo_x || hi_x))) return fail(c, NV_EINVAL, "the number bounds leave no number between them");
     nv_gbody body = {0};
     nv_gbody_alt(&body);
     nv_gbody_lit(c->b, &body, ".", 1);
-    nv_gbody_ref(&body, repeat(c, lit_rule(c, "0"), 1, FRAC_DIGITS));
+    nv_gbody_ref(&body, repeat(c, lit_rule(c, "0"), 1, frac));
     const int zeros = nv_gbuild_add(c->b, &body);
     int first = 1;
     if (whole_lo <= whole_hi) {
@@ -1138,11 +1269,11 @@ static int number_range(sc *c, long long lo, int lo_x, long long hi, int hi_x) {
         first = 0;
     }
     const long long pos_lo = lo > 0 ? lo : 0, neg_lo = hi < 0 ? -hi : 0; /* k >= 0 in [lo, hi - 1]; m in [-hi, -lo - 1] */
-    if (pos_lo <= hi - 1) naturals(c, &body, pos_lo, hi - 1, &first, 1);
+    if (pos_lo <= hi - 1) naturals(c, &body, pos_lo, hi - 1, &first, frac);
     if (neg_lo <= -lo - 1) {
         nv_gbody ms = {0};
         int f = 1;
-        naturals(c, &ms, neg_lo, -lo - 1, &f, 1);
+        naturals(c, &ms, neg_lo, -lo - 1, &f, frac);
         if (!f) {
             if (!first) nv_gbody_alt(&body);
             nv_gbody_lit(c->b, &body, "-", 1);
@@ -1166,9 +1297,25 @@ static int gen_type(sc *c, const cJSON *s, const char *type) {
         const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(s, "format");
         if (fmt && (!cJSON_IsString(fmt) || (strcmp(fmt->valuestring, "float") && strcmp(fmt->valuestring, "double"))))
             return fail(c, NV_EUNSUPPORTED, "'format' on a number: only float and double are supported");
-        long long lo = 0, hi = 0;
-        int lo_x = 0, hi_x = 0, bounded = number_bounds(c, s, &lo, &lo_x, &hi, &hi_x);
-        return bounded > 0 ? number_range(c, lo, lo_x, hi, hi_x) : bounded < 0 ? number(c) : 0;
+        long long lo = 0, hi = 0, k;
+        int lo_x = 0, hi_x = 0, bounded = number_bounds(c, s, &lo, &lo_x, &hi, &hi_x), frac;
+        if (!bounded || !multiple_of(c, s, &k, &frac)) return 0;
+        if (bounded < 0) lo = -INT_LIMIT, hi = INT_LIMIT;
+        if (k > 1 || (k == 1 && !frac && cJSON_GetObjectItemCaseSensitive(s, "multipleOf"))) { /* whole multiples: integers */
+            if (lo + lo_x > hi - hi_x) return fail(c, NV_EINVAL, "the number bounds leave no multiple of %lld between them", k);
+            return k > 1 ? integer_multiples(c, lo + lo_x, hi - hi_x, k) : integer_range(c, lo + lo_x, hi - hi_x);
+        }
+        if (frac && bounded < 0) { /* up to frac digits after the point, no exponent */
+            nv_gbody body = {0};
+            nv_gbody_alt(&body);
+            nv_gbody_lit(c->b, &body, ".", 1);
+            nv_gbody_ref(&body, repeat(c, digit(c), 1, frac));
+            const int point = nv_gbuild_add(c->b, &body);
+            nv_gbody_ref(&body, integer(c));
+            nv_gbody_ref(&body, point);
+            return nv_gbuild_add(c->b, &body);
+        }
+        return bounded > 0 ? number_range(c, lo, lo_x, hi, hi_x, frac ? frac : FRAC_DIGITS) : number(c);
     }
     if (cJSON_GetObjectItemCaseSensitive(s, "format") && strcmp(type, "string"))
         return fail(c, NV_EUNSUPPORTED, "'format' on a %s is not supported", type);
@@ -1283,7 +1430,8 @@ static int alternatives(sc *c, const cJSON *list, const char *key) {
 }
 
 /* Keywords that belong to one type, refused where no type says which values they hold for. */
-static const char *const typed_keys[] = {"minLength", "maxLength", "format", "pattern", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
+static const char *const typed_keys[] = {"minLength", "maxLength", "format", "pattern", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
+                                         "multipleOf"};
 static const char *const object_keys[] = {"properties", "required", "additionalProperties"};
 static const char *const array_keys[] = {"items", "minItems", "maxItems", "prefixItems", "additionalItems"};
 #define COUNT(a) (sizeof a / sizeof a[0])
