@@ -2971,6 +2971,79 @@ static void test_embedding_pooling(void) {
     nv_model_free(&m);
 }
 
+/* The length of the embedding list data[0] of body holds (-1: none), its floats in v. */
+static int embedding_len(const char *body, float *v, int cap) {
+    cJSON *root = cJSON_Parse(body);
+    const cJSON *e = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(root, "data"), 0), "embedding");
+    int n = cJSON_IsArray(e) ? cJSON_GetArraySize(e) : -1;
+    for (int j = 0; j < n && j < cap; j++) v[j] = (float)cJSON_GetArrayItem(e, j)->valuedouble;
+    cJSON_Delete(root);
+    return n;
+}
+
+/* Matryoshka embeddings: with --matryoshka (or a folder whose config.json says is_matryoshka) a
+ * request's 'dimensions' cuts each vector to its first N values made unit length again, as OpenAI's
+ * text-embedding-3 models do; another model's vectors are whole ('dimensions' its width or a 400). */
+static void test_matryoshka(void) {
+    static const char *whole = "{\"input\":\"Once upon a time\"}", *cut = "{\"input\":\"Once upon a time\",\"dimensions\":16}";
+    server s;
+    if (!server_start(&s, "mrl", "--matryoshka", NULL)) {
+        T_CHECK(0, "server did not start");
+        return;
+    }
+    resp r;
+    float full[64], part[64];
+    T_CHECK(http(s.port, "POST", "/v1/embeddings", NULL, whole, &r) && r.status == 200 && embedding_len(r.body, full, 64) == 64, "%s", r.body);
+    resp_free(&r);
+    T_CHECK(http(s.port, "POST", "/v1/embeddings", NULL, cut, &r) && r.status == 200 && embedding_len(r.body, part, 64) == 16, "%s", r.body);
+    resp_free(&r);
+    double norm = 0, worst = 0;
+    for (int j = 0; j < 16; j++) norm += (double)full[j] * full[j];
+    for (int j = 0; j < 16; j++) worst = fmax(worst, fabs(part[j] - full[j] / sqrt(norm)));
+    T_CHECK(worst < 1e-6, "the cut vector is %.3g from the whole one's first 16 made unit length", worst);
+    T_CHECK(http(s.port, "POST", "/api/embed", NULL, "{\"model\":\"stories260K\",\"input\":\"Once upon a time\",\"dimensions\":8}", &r) &&
+                r.status == 200,
+            "Ollama's dimensions: %d %s", r.status, r.body);
+    cJSON *olla = cJSON_Parse(r.body);
+    T_CHECK(cJSON_GetArraySize(cJSON_GetArrayItem(cJSON_GetObjectItem(olla, "embeddings"), 0)) == 8, "Ollama's dimensions: %s", r.body);
+    cJSON_Delete(olla);
+    resp_free(&r);
+    static const char *const bad[] = {"{\"input\":\"a\",\"dimensions\":0}", "{\"input\":\"a\",\"dimensions\":65}",
+                                      "{\"input\":\"a\",\"dimensions\":2.5}"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        T_CHECK(http(s.port, "POST", "/v1/embeddings", NULL, bad[i], &r) && r.status == 400 && strstr(r.body, "from 1 to 64"), "%s: %d %s",
+                bad[i], r.status, r.body);
+        resp_free(&r);
+    }
+    T_CHECK(server_stop(&s) == 0, "server did not exit 0");
+    /* another model: whole vectors only; a folder that says it is one needs no flag */
+    if (server_start(&s, "mrl-off", "", NULL)) {
+        T_CHECK(http(s.port, "POST", "/v1/embeddings", NULL, cut, &r) && r.status == 400 && strstr(r.body, "Matryoshka"), "%d %s", r.status, r.body);
+        resp_free(&r);
+        T_CHECK(server_stop(&s) == 0, "server did not exit 0");
+    }
+    char dir[700], args[2400];
+    snprintf(dir, sizeof dir, "%s", t_path("mrl-hf"));
+    snprintf(args, sizeof args, "export '%s' -z '%s' -o '%s/'", model_path, tok_path, dir);
+    T_CHECK(t_nerve(args) == 0, "export: %s", t_err);
+    cJSON *cfg = json_in(dir, "config.json");
+    cJSON_AddTrueToObject(cfg, "is_matryoshka");
+    json_put("mrl-hf/config.json", cfg);
+    snprintf(args, sizeof args, "export '%s/' -o '%s/'", dir, t_path("mrl-hf2")); /* (and it says so again when exported) */
+    T_CHECK(t_nerve(args) == 0, "export: %s", t_err);
+    cfg = json_in(t_path("mrl-hf2"), "config.json");
+    T_CHECK(cJSON_IsTrue(cJSON_GetObjectItem(cfg, "is_matryoshka")), "the export's config.json lost is_matryoshka");
+    cJSON_Delete(cfg);
+    if (server_spawn(&s, "mrl-hf", NULL, NULL, dir, NULL, "", 30)) {
+        T_CHECK(http(s.port, "POST", "/v1/embeddings", NULL, cut, &r) && r.status == 200 && embedding_len(r.body, part, 64) == 16, "%d %s",
+                r.status, r.body);
+        resp_free(&r);
+        T_CHECK(server_stop(&s) == 0, "server did not exit 0");
+    } else {
+        T_CHECK(0, "the folder's server did not start");
+    }
+}
+
 /* ---- auth, CORS, timeouts ----------------------------------------------------------------------- */
 
 static void test_auth_cors_timeout(void) {
@@ -3511,6 +3584,7 @@ int main(void) {
     T_RUN(test_embeddings);
     T_RUN(test_embedding_pooling);
     T_RUN(test_ctx_size);
+    T_RUN(test_matryoshka);
     T_RUN(test_tool_calls);
     T_RUN(test_xml_tool_calls);
     T_RUN(test_run_folder);

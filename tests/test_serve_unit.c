@@ -1256,12 +1256,12 @@ static void test_api_embeddings(void) {
     T_CHECK(e.n == 3 && e.base64 && e.n_ids[1] == 3 && e.ids[1][2] == 3 && e.ids[0][0] == 1 && e.n_ids[2] == 2, "parsed: n %d", e.n);
     nv_api_embed_free(&e);
     const float v[4] = {1.0f, -2.5f, 0.0f, 0.5f};
-    char *body = nv_api_embed_response(&ctx, "m", v, 2, 1, 7);
+    char *body = nv_api_embed_response(ctx.dim, "m", v, 2, 1, 7);
     T_CHECK(body && strstr(body, "\"embedding\":\"AACAPwAAIMA=\"") && strstr(body, "\"embedding\":\"AAAAAAAAAD8=\"") &&
                 strstr(body, "\"prompt_tokens\":7") && strstr(body, "\"index\":1"),
             "base64 body: %s", body);
     free(body);
-    body = nv_api_embed_response(&ctx, "m", v, 1, 0, 1);
+    body = nv_api_embed_response(ctx.dim, "m", v, 1, 0, 1);
     T_CHECK(body && strstr(body, "\"embedding\":[1,-2.5]") && strstr(body, "\"object\":\"list\""), "float body: %s", body);
     free(body);
     static const char *const bad[] = {"{\"input\":\"\"}", "{\"input\":[\"a\",\"\"]}", "{\"input\":[]}", "{\"input\":{}}",

@@ -902,10 +902,17 @@ static nv_err folder_pooling(const char *config_path, int *out) {
 nv_err nv_hf_load_model(const char *config_path, nv_model *m, int quantized) {
     memset(m, 0, sizeof *m);
     nv_config c;
-    int pooling;
+    int pooling, mrl = 0;
     NV_TRY(folder_pooling(config_path, &pooling));
+    cJSON *cfg;
+    NV_TRY(json_file(config_path, 0, &cfg));
+    const cJSON *dims = field(cfg, "matryoshka_dimensions");
+    nv_err e = get_flag(config_path, cfg, "is_matryoshka", cJSON_IsArray(dims) && cJSON_GetArraySize(dims) > 0, &mrl);
+    cJSON_Delete(cfg);
+    NV_TRY(e);
     NV_TRY(hf_load(config_path, &c, m, quantized));
     m->pooling = pooling;
+    m->matryoshka = mrl;
     return NV_OK;
 }
 
@@ -1971,6 +1978,7 @@ nv_err nv_hf_save(const nv_model *m, const nv_tokenizer *tok, const char *dir, n
         cJSON_AddBoolToObject(cfg, "mlp_bias", 0);
     }
     cJSON_AddBoolToObject(cfg, "tie_word_embeddings", c->shared_classifier);
+    if (m->matryoshka) cJSON_AddBoolToObject(cfg, "is_matryoshka", 1); /* (its embeddings may be cut: nv_hf_load_model reads it) */
     if (!c->qkv_bias) cJSON_AddBoolToObject(cfg, "attention_bias", 0);
     cJSON_AddNumberToObject(cfg, "initializer_range", 0.02);
     cJSON_AddBoolToObject(cfg, "use_cache", 1);

@@ -162,6 +162,9 @@ typedef struct {
     /* How the file says an embedding pools a prompt's rows (nv_pooling: a GGUF's {arch}.pooling_type,
        a sentence-transformers folder's 1_Pooling); NV_POOLING_DEFAULT where it does not */
     int pooling;
+    /* the folder says its embeddings may be cut to fewer dimensions (Matryoshka representation learning:
+       config.json's is_matryoshka, or matryoshka_dimensions) */
+    int matryoshka;
 } nv_model;
 
 /* Points w at the parts of a params block laid out in version-1 order. */

@@ -2278,10 +2278,17 @@ int nv_api_embed_parse_json(const nv_api_ctx *ctx, const cJSON *root, nv_api_emb
     if (!rc && !input) nv_api_error_set(err, E400, "missing_required_parameter", "input", "'input' is required"), rc = err->status;
     if (!rc && fmt && !(cJSON_IsString(fmt) && (!strcmp(fmt->valuestring, "float") || !strcmp(fmt->valuestring, "base64"))))
         nv_api_error_set(err, E400, NULL, "encoding_format", "'encoding_format' must be \"float\" or \"base64\""), rc = err->status;
-    if (!rc && dims && !(cJSON_IsNumber(dims) && dims->valuedouble == ctx->dim))
+    /* (a Matryoshka model's vectors are cut to it, as OpenAI's text-embedding-3 are; another model's are whole) */
+    if (!rc && dims && !(cJSON_IsNumber(dims) && dims->valuedouble == ctx->dim) &&
+        !(ctx->matryoshka && cJSON_IsNumber(dims) && dims->valuedouble == floor(dims->valuedouble) && dims->valuedouble >= 1 &&
+          dims->valuedouble < ctx->dim))
         nv_api_error_set(err, E400, "unsupported_value", "dimensions",
-                         "This model's embeddings have %d dimensions; 'dimensions' may only be %d", ctx->dim, ctx->dim),
+                         ctx->matryoshka ? "'dimensions' must be a whole number from 1 to %d (this model's embeddings' width)"
+                                         : "This model's embeddings have %d dimensions and it is not a Matryoshka model (serve --matryoshka): "
+                                           "'dimensions' may only be %d",
+                         ctx->dim, ctx->dim),
             rc = err->status;
+    out->dims = !rc && dims && dims->valuedouble < ctx->dim ? (int)dims->valuedouble : 0;
     out->base64 = !rc && fmt && !strcmp(fmt->valuestring, "base64");
     /* a string, a list of ids, or a list of those */
     const int listed = !rc && cJSON_IsArray(input) && !(input->child && cJSON_IsNumber(input->child));
@@ -2312,19 +2319,30 @@ static void base64_put(nv_buf *b, const unsigned char *p, size_t n) {
 /* Written straight into one buffer rather than a cJSON tree: 256 inputs of a wide model are
  * millions of numbers. %.9g gives back every float32 exactly. */
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "base64 embeddings are the floats' little-endian bytes");
-char *nv_api_embed_response(const nv_api_ctx *ctx, const char *model, const float *vecs, int n, int base64, int prompt_tokens) {
+void nv_api_embed_cut(float *vecs, int n, int dim, int dims) {
+    for (int i = 0; i < n; i++) {
+        const float *v = vecs + (size_t)i * dim;
+        float *to = vecs + (size_t)i * dims;
+        double norm = 0;
+        for (int j = 0; j < dims; j++) norm += (double)v[j] * v[j];
+        norm = sqrt(norm);
+        for (int j = 0; j < dims; j++) to[j] = (float)(norm > 0 ? v[j] / norm : 0.0);
+    }
+}
+
+char *nv_api_embed_response(int dim, const char *model, const float *vecs, int n, int base64, int prompt_tokens) {
     nv_buf b = {0};
     nv_buf_puts(&b, "{\"object\":\"list\",\"data\":[");
     for (int i = 0; i < n; i++) {
-        const float *v = vecs + (size_t)i * ctx->dim;
+        const float *v = vecs + (size_t)i * dim;
         nv_buf_printf(&b, "%s{\"object\":\"embedding\",\"index\":%d,\"embedding\":", i ? "," : "", i);
         if (base64) { /* the little-endian float32 bytes, as OpenAI's clients decode them */
             nv_buf_puts(&b, "\"");
-            base64_put(&b, (const unsigned char *)v, (size_t)ctx->dim * sizeof(float));
+            base64_put(&b, (const unsigned char *)v, (size_t)dim * sizeof(float));
             nv_buf_puts(&b, "\"}");
         } else {
             nv_buf_puts(&b, "[");
-            for (int j = 0; j < ctx->dim; j++) nv_buf_printf(&b, j ? ",%.9g" : "%.9g", (double)v[j]);
+            for (int j = 0; j < dim; j++) nv_buf_printf(&b, j ? ",%.9g" : "%.9g", (double)v[j]);
             nv_buf_puts(&b, "]}");
         }
     }

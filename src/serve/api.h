@@ -50,6 +50,7 @@ typedef struct {
     const char *reasoning_effort; /* --reasoning-effort: the templates' reasoning_effort where a request gives none (NULL: none) */
     int priority_sched; /* --scheduling-policy priority: requests' priority orders the queue (else a non-zero one is a 400) */
     int dim;       /* the model's width: an embedding's length */
+    int matryoshka; /* a Matryoshka embedding model (--matryoshka, or its folder says so): 'dimensions' cuts vectors */
     nv_adapters *adapters; /* LoRA adapters a request's 'model' may name (NULL: none) */
     const nv_jinja *jinja; /* the model's template, run (nv_chat_opts.jinja); NULL: tmpl's renderer */
     /* the form that template writes tool calls in (nv_chat_jinja_tool_style: XML, Mistral's [ARGS]), answers
@@ -293,6 +294,7 @@ typedef struct {
     int n;
     int **ids, *n_ids;
     int base64;
+    int dims; /* 'dimensions' of a Matryoshka model below its width: the vectors cut to it (0: whole) */
     nv_adapter_mix lora; /* the adapters of 'model' and 'lora' (nv_api_check_model) */
     char model[NV_API_MODEL_ID]; /* the model's id, as responses name it (a copy: an adapter may be removed meanwhile) */
 } nv_api_embed;
@@ -302,7 +304,9 @@ int nv_api_embed_parse_json(const nv_api_ctx *ctx, const cJSON *root, nv_api_emb
 void nv_api_embed_free(nv_api_embed *e);
 /* {"object":"list","data":[{"object":"embedding","index","embedding"}],"model","usage"} for n
  * vectors of ctx->dim floats (base64: each vector's little-endian float32 bytes). */
-char *nv_api_embed_response(const nv_api_ctx *ctx, const char *model, const float *vecs, int n, int base64, int prompt_tokens);
+char *nv_api_embed_response(int dim, const char *model, const float *vecs, int n, int base64, int prompt_tokens);
+/* Cuts n vectors of dim floats to their first dims, each made unit length again, in place (packed). */
+void nv_api_embed_cut(float *vecs, int n, int dim, int dims);
 const char *nv_api_finish_reason(nv_finish f);
 
 #endif

@@ -1524,18 +1524,20 @@ static enum MHD_Result embeddings(nv_http *h, struct MHD_Connection *c, conn_ctx
         : lcpp ? nv_lcpp_embed_parse(&h->ctx, cc->body.data, cc->body.len, &in, &normalize, &err)
                : nv_api_embed_parse(&h->ctx, cc->body.data, cc->body.len, &in, &err))
         return respond_error(h, c, cc, &err);
-    const int dim = h->ctx.dim;
-    float *vecs = malloc((size_t)in.n * dim * sizeof(float));
+    const int full = h->ctx.dim, dim = in.dims ? in.dims : full;
+    float *vecs = malloc((size_t)in.n * full * sizeof(float));
     enum MHD_Result ret;
     long prompt_tokens = 0;
     const nv_req_params base = {.max_tokens = 0, .vocab_size = h->ctx.vocab_size, .embed = 1, .lora = in.lora};
     if (!vecs) ret = fail(h, c, cc, 500, "server_error", NULL, "out of memory");
-    else if (run_prompts(h, c, cc, &base, in.ids, in.n_ids, in.n, 0, take_embedding, vecs, &prompt_tokens, &ret))
+    else if (run_prompts(h, c, cc, &base, in.ids, in.n_ids, in.n, 0, take_embedding, vecs, &prompt_tokens, &ret)) {
+        if (in.dims) nv_api_embed_cut(vecs, in.n, full, dim);
         ret = respond(h, c, cc, 200, "application/json",
                       olla   ? nv_olla_embed_response(&om, legacy, vecs, in.n, dim, (int)prompt_tokens)
                       : lcpp ? nv_lcpp_embed_response(vecs, in.n, dim, normalize)
-                             : nv_api_embed_response(&h->ctx, in.model, vecs, in.n, in.base64, (int)prompt_tokens),
+                             : nv_api_embed_response(dim, in.model, vecs, in.n, in.base64, (int)prompt_tokens),
                       NULL, NULL);
+    }
     nv_api_embed_free(&in);
     free(vecs);
     return ret;
