@@ -2585,6 +2585,23 @@ static void test_ctx_size(void) {
     T_CHECK(t_nerve(args) == 1 && strstr(t_err, "--ctx-size 1000 is past the model's context of 512"), "--ctx-size 1000: %s", t_err);
 }
 
+/* llama-server's flags in scripts written for it: -ctk/-ctv (one type for both: q8_0 is q8), -np as
+ * --max-batch, -t as --threads, -ngl accepted and ignored with a warning. */
+static void test_llamacpp_flags(void) {
+    server s;
+    if (!server_start(&s, "lcpp-flags", "-ctk q8_0 -ctv q8_0 -np 3 -t 1 -ngl 99", NULL)) {
+        T_CHECK(0, "server did not start");
+        return;
+    }
+    char *log = read_log(&s);
+    T_CHECK(strstr(log, "KV q8 ") && strstr(log, "max batch 3") && strstr(log, "-ngl 99: nerve runs on the CPU's engines; ignored"), "%s", log);
+    free(log);
+    T_CHECK(server_stop(&s) == 0, "server did not exit 0");
+    char args[2400];
+    snprintf(args, sizeof args, "serve -m '%s' -z '%s' --port 0 --cache-type-k f16 --cache-type-v q8_0", model_path, tok_path);
+    T_CHECK(t_nerve(args) == 2 && strstr(t_err, "must be the same here (f16 and q8)"), "-ctk f16 -ctv q8_0: %s", t_err);
+}
+
 /* vLLM's priority: of two requests waiting for the only sequence, the one of lower priority value
  * runs first, whatever their order of arrival. */
 static void test_priority_order(void) {
@@ -3585,6 +3602,7 @@ int main(void) {
     T_RUN(test_embedding_pooling);
     T_RUN(test_ctx_size);
     T_RUN(test_matryoshka);
+    T_RUN(test_llamacpp_flags);
     T_RUN(test_tool_calls);
     T_RUN(test_xml_tool_calls);
     T_RUN(test_run_folder);

@@ -89,7 +89,7 @@ static void usage(FILE *f) {
             "  --alias NAME         model id in the API (default: the model's file name without extension; vLLM's\n"
             "                       --served-model-name too)\n"
             "  --engine E           scalar, avx2, avx512, avx512-bf16, amx-bf16, avx2-int8, avx512-int8, amx-int8 (default: the fastest that probes well)\n"
-            "  --threads N          threads for the engines (default: one per core)\n"
+            "  --threads N, -t N    threads for the engines (default: one per core)\n"
             "  --no-tune            ignore what `nerve tune` measured for this machine and model (the engine and\n"
             "                       the prefill chunk; used by default when neither --engine nor --prefill-chunk says)\n"
             "  --api-key KEY        require 'Authorization: Bearer KEY' or 'x-api-key: KEY' (default: $NERVE_API_KEY, else none);\n"
@@ -149,7 +149,7 @@ static void usage(FILE *f) {
             "                       max_tokens: sequences take blocks as they grow, and where the pool runs short the\n"
             "                       lowest-ranked (the latest among equals) are preempted as above (more requests at\n"
             "                       once when answers end before max_tokens; vLLM's way)\n"
-            "  --max-batch N        sequences decoded together per step (default 16)\n"
+            "  --max-batch N        sequences decoded together per step (default 16; llama-server's --parallel/-np too)\n"
             "  --ctx-size N, -c N, --max-model-len N\n"
             "                       the positions a request may fill, prompt and answer (default the model's context;\n"
             "                       at most that)\n"
@@ -175,7 +175,10 @@ static void usage(FILE *f) {
             "  --kv-block N         positions per KV block (default 16)\n"
             "  --kv-cache-dtype T   element type of cached keys and values: f16 (default: half the memory and\n"
             "                       the reads of f32), q8 (int8 with a scale per position and head: ~1.9x the\n"
-            "                       positions of f16) or f32 (outputs bit-identical to nerve generate)\n"
+            "                       positions of f16) or f32 (outputs bit-identical to nerve generate); llama-server's\n"
+            "                       --cache-type-k/-ctk and --cache-type-v/-ctv too (the same type for both; q8_0 is q8)\n"
+            "  --n-gpu-layers N, -ngl N\n"
+            "                       accepted for llama-server's scripts, and ignored (with a warning unless 0)\n"
             "  --swa-cache M        a model with sliding-window layers (Gemma 2 and 3, OLMo 3): full keeps every\n"
             "                       position of every layer; window keeps only the window of the windowed layers (a\n"
             "                       ring of blocks per sequence), so long contexts take several times less memory;\n"
@@ -365,7 +368,7 @@ int cli_serve_run(int argc, char **argv, const cli_serve_job *job) {
     uint64_t files_max = 2ull << 30;
     int batch_parallel = 0, ft_nice = 10, ft_yield = 1, run_jinja = -1, pooling = NV_POOLING_DEFAULT, ctx_size = 0;
     const char *rerank_tokens = NULL, *rerank_file = NULL, *rerank_instruction = NULL;
-    nv_kv_dtype kv_dtype = NV_KV_F16;
+    nv_kv_dtype kv_dtype = NV_KV_F16, kv_side[2] = {0, 0}; /* llama.cpp's --cache-type-k and -v, which must agree */
     nv_swa_cache swa_cache = NV_SWA_AUTO;
     cli_loras loras = {0};
     const char *modules[NV_MAX_ADAPTERS];
@@ -413,7 +416,7 @@ int cli_serve_run(int argc, char **argv, const cli_serve_job *job) {
         else if (!strcmp(a, "--host")) host = v;
         else if (!strcmp(a, "--alias") || !strcmp(a, "--served-model-name")) alias = v;
         else if (!strcmp(a, "--engine")) engine_name = v;
-        else if (!strcmp(a, "--threads")) { if (!cli_int(CMD, a, v, 1, 1024, &threads)) return 2; }
+        else if (!strcmp(a, "--threads") || !strcmp(a, "-t")) { if (!cli_int(CMD, a, v, 1, 1024, &threads)) return 2; }
         else if (!strcmp(a, "--api-key")) {
             if (n_given_keys == MAX_API_KEYS) return cli_error(CMD, 2, "at most %d API keys", MAX_API_KEYS);
             given_keys[n_given_keys++] = v;
@@ -444,7 +447,14 @@ int cli_serve_run(int argc, char **argv, const cli_serve_job *job) {
             if (!(reasoning_effort = nv_api_effort_level(v))) return cli_error(CMD, 2, "--reasoning-effort takes none, minimal, low, medium, high or xhigh, not '%s'", v);
         }
         else if (!strcmp(a, "--max-lora-rank")) { if (!cli_int(CMD, a, v, 1, 1024, &max_lora_rank)) return 2; }
-        else if (!strcmp(a, "--max-batch")) { if (!cli_int(CMD, a, v, 1, 4096, &max_batch)) return 2; }
+        else if (!strcmp(a, "--max-batch") || !strcmp(a, "--parallel") || !strcmp(a, "-np")) {
+            if (!cli_int(CMD, a, v, 1, 4096, &max_batch)) return 2;
+        }
+        else if (!strcmp(a, "--n-gpu-layers") || !strcmp(a, "-ngl") || !strcmp(a, "--gpu-layers")) { /* (llama-server's scripts carry it) */
+            int layers;
+            if (!cli_int(CMD, a, v, -1, 1 << 20, &layers)) return 2;
+            if (layers) nv_warn("%s %d: nerve runs on the CPU's engines; ignored", a, layers);
+        }
         else if (!strcmp(a, "--ctx-size") || !strcmp(a, "-c") || !strcmp(a, "--max-model-len")) {
             if (!cli_int(CMD, a, v, 16, 1 << 30, &ctx_size)) return 2;
         }
@@ -456,6 +466,14 @@ int cli_serve_run(int argc, char **argv, const cli_serve_job *job) {
         else if (!strcmp(a, "--max-queue")) { if (!cli_int(CMD, a, v, 1, 1 << 20, &max_queue)) return 2; }
         else if (!strcmp(a, "--kv-block")) { if (!cli_int(CMD, a, v, 1, 4096, &kv_block)) return 2; }
         else if (!strcmp(a, "--kv-cache-dtype")) { if (!cli_kv_dtype(CMD, a, v, &kv_dtype)) return 2; }
+        else if (!strcmp(a, "--cache-type-k") || !strcmp(a, "-ctk") || !strcmp(a, "--cache-type-v") || !strcmp(a, "-ctv")) {
+            const int side = !strcmp(a, "--cache-type-v") || !strcmp(a, "-ctv");
+            if (!cli_kv_dtype(CMD, a, v, &kv_side[side])) return 2;
+            if (kv_side[!side] && kv_side[!side] != kv_side[side])
+                return cli_error(CMD, 2, "the keys' and the values' cache types must be the same here (%s and %s)", nv_kv_dtype_name(kv_side[0]),
+                                 nv_kv_dtype_name(kv_side[1]));
+            kv_dtype = kv_side[side];
+        }
         else if (!strcmp(a, "--swa-cache")) {
             if (strcmp(v, "auto") && strcmp(v, "full") && strcmp(v, "window"))
                 return cli_error(CMD, 2, "--swa-cache takes auto, full or window, not '%s'", v);

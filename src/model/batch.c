@@ -28,7 +28,7 @@ const char *nv_kv_dtype_name(nv_kv_dtype t) {
 nv_kv_dtype nv_kv_dtype_parse(const char *name) {
     if (!strcmp(name, "f32") || !strcmp(name, "fp32") || !strcmp(name, "float32")) return NV_KV_F32;
     if (!strcmp(name, "f16") || !strcmp(name, "fp16") || !strcmp(name, "float16")) return NV_KV_F16;
-    if (!strcmp(name, "q8") || !strcmp(name, "int8") || !strcmp(name, "i8")) return NV_KV_Q8;
+    if (!strcmp(name, "q8") || !strcmp(name, "q8_0") || !strcmp(name, "int8") || !strcmp(name, "i8")) return NV_KV_Q8;
     return (nv_kv_dtype)0;
 }
 
