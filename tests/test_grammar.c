@@ -238,6 +238,15 @@ static void test_schemas(void) {
         {"{\"type\":\"number\",\"multipleOf\":0.01}", {"0.07", "12", "-3.5", "19.99"}, {"0.001", "1e2", "1.999"}},
         {"{\"type\":\"number\",\"minimum\":0,\"maximum\":10,\"multipleOf\":0.1}", {"0", "9.9", "10", "10.0", "3.2"}, {"10.1", "0.25", "-0.1"}},
         {"{\"type\":\"number\",\"multipleOf\":4}", {"8", "-12", "0"}, {"6", "8.0", "4.5"}},
+        /* uniqueItems over an enum's values (pydantic's set[Enum] through a $ref too): each at most once */
+        {"{\"type\":\"array\",\"items\":{\"enum\":[\"red\",\"green\",\"blue\"]},\"uniqueItems\":true}",
+         {"[]", "[\"red\"]", "[\"blue\", \"red\"]", "[\"green\",\"blue\",\"red\"]"},
+         {"[\"red\",\"red\"]", "[\"blue\",\"green\",\"blue\"]", "[\"pink\"]", "[\"red\",\"green\",\"blue\",\"red\"]"}},
+        {"{\"$defs\":{\"Size\":{\"type\":\"integer\",\"enum\":[1,2,3,4]}},\"type\":\"array\",\"items\":{\"$ref\":\"#/$defs/Size\"},"
+         "\"uniqueItems\":true,\"minItems\":2,\"maxItems\":3}",
+         {"[1,2]", "[4,3,1]"}, {"[1]", "[1,1]", "[1,2,3,4]", "[2,2,3]", "[]"}},
+        {"{\"type\":\"array\",\"items\":{\"const\":\"x\"},\"uniqueItems\":true}", {"[]", "[\"x\"]"}, {"[\"x\",\"x\"]"}},
+        {"{\"type\":\"array\",\"items\":{\"type\":\"string\"},\"uniqueItems\":false}", {"[\"a\",\"a\"]"}, {"[1]"}},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         nv_grammar *g = schema_grammar(cases[i].schema);
@@ -260,7 +269,12 @@ static void test_schema_refusals(void) {
         {"{\"type\":\"number\",\"exclusiveMinimum\":9007199254740000,\"exclusiveMaximum\":9007199254740001}", "15 significant digits", NV_EUNSUPPORTED},
         {"{\"type\":\"number\",\"minimum\":1,\"exclusiveMaximum\":1}", "no number between", NV_EINVAL},
         {"{\"type\":\"number\",\"maximum\":\"1\"}", "must be numbers", NV_EINVAL},
-        {"{\"type\":\"array\",\"uniqueItems\":true}", "'uniqueItems'", NV_EUNSUPPORTED},
+        {"{\"type\":\"array\",\"uniqueItems\":true}", "'uniqueItems' is supported on items of an 'enum'", NV_EUNSUPPORTED},
+        {"{\"type\":\"array\",\"items\":{\"type\":\"string\"},\"uniqueItems\":true}", "'uniqueItems' is supported on items of an 'enum'", NV_EUNSUPPORTED},
+        {"{\"type\":\"array\",\"items\":{\"enum\":[1,2,3,4,5,6,7,8,9,10,11]},\"uniqueItems\":true}", "over 11 values", NV_EUNSUPPORTED},
+        {"{\"type\":\"array\",\"items\":{\"enum\":[1,2]},\"uniqueItems\":true,\"minItems\":3}", "'minItems' 3 is more than", NV_EINVAL},
+        {"{\"type\":\"array\",\"items\":{\"enum\":[1]},\"uniqueItems\":1}", "true or false", NV_EINVAL},
+        {"{\"type\":\"array\",\"prefixItems\":[{\"const\":1}],\"uniqueItems\":true}", "beside a tuple", NV_EUNSUPPORTED},
         {"{\"type\":\"integer\",\"multipleOf\":7919}", "at most 4096 multiples", NV_EUNSUPPORTED},
         {"{\"type\":\"integer\",\"minimum\":100000,\"multipleOf\":3}", "at most 4096 multiples", NV_EUNSUPPORTED},
         {"{\"type\":\"integer\",\"minimum\":1,\"maximum\":4,\"multipleOf\":5}", "no multiple of 5", NV_EINVAL},

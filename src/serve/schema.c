@@ -577,7 +577,8 @@ static const char *const known_keys[] = {"type",      "properties", "required", 
                                          "items",     "minItems",   "maxItems",  "minLength", "prefixItems", "additionalItems",
                                          "maxLength", "enum",       "const",     "anyOf",
                                          "oneOf",     "allOf",      "$ref",      "format",
-                                         "minimum",   "maximum",    "exclusiveMinimum", "exclusiveMaximum", "multipleOf"};
+                                         "minimum",   "maximum",    "exclusiveMinimum", "exclusiveMaximum", "multipleOf",
+                                         "uniqueItems"};
 
 static int in_list(const char *k, const char *const *list, size_t n) {
     for (size_t i = 0; i < n; i++)
@@ -767,6 +768,86 @@ static int gen_object(sc *c, const cJSON *s) {
 
 /* items (a schema, or false: none), minItems, maxItems; a tuple's first items each their own schema:
  * prefixItems (2020-12, items then the rest) or items as a list (drafts 4 to 7, additionalItems the rest). */
+#define UNIQUE_VALUES 10 /* the most values uniqueItems follows (a rule per set of them used) */
+
+static int enum_texts(sc *c, const cJSON *list, const cJSON *type, const char *key, int raw, char ***out);
+static int schema_keys(sc *c, const cJSON *s, const char **branch);
+
+/* An enum's values, or const's as a list of one (*one, which the caller deletes); NULL when out of
+ * memory. */
+static const cJSON *values_of(const cJSON *s, const char *branch, cJSON **one) {
+    *one = NULL;
+    if (strcmp(branch, "const")) return cJSON_GetObjectItemCaseSensitive(s, "enum");
+    *one = cJSON_CreateArray();
+    return *one && cJSON_AddItemReferenceToArray(*one, cJSON_GetObjectItemCaseSensitive(s, "const")) ? *one : NULL;
+}
+
+/* uniqueItems over items of an enum or a const (a $ref to one, as pydantic writes set[Enum]): a rule
+ * per set of values written so far, each next value one not in it, min..max of them. Items of other
+ * schemas are refused (the grammar cannot compare arbitrary values). */
+static int unique_items(sc *c, const cJSON *items, long min, long max) {
+    const cJSON *t = items;
+    for (int hops = 0; t && cJSON_IsObject(t) && cJSON_IsString(cJSON_GetObjectItemCaseSensitive(t, "$ref")) && hops < MAX_DEPTH; hops++)
+        t = resolve(c, cJSON_GetObjectItemCaseSensitive(t, "$ref")->valuestring);
+    const char *branch = NULL;
+    if (c->err != NV_OK) return 0;
+    if (!cJSON_IsObject(t) || !schema_keys(c, t, &branch) || !branch || (strcmp(branch, "enum") && strcmp(branch, "const")))
+        return c->err != NV_OK ? 0
+                               : fail(c, NV_EUNSUPPORTED, "'uniqueItems' is supported on items of an 'enum' or a 'const' (of at most %d values)",
+                                      UNIQUE_VALUES);
+    cJSON *one = NULL;
+    const cJSON *list = values_of(t, branch, &one);
+    char **lits = NULL;
+    int n = -1;
+    if (!list) fail(c, NV_ENOMEM, "out of memory");
+    else if (!cJSON_IsArray(list) || !list->child) fail(c, NV_EINVAL, "'enum' must be a non-empty array");
+    else n = enum_texts(c, list, cJSON_GetObjectItemCaseSensitive(t, "type"), branch, 0, &lits);
+    cJSON_Delete(one);
+    int r = 0;
+    if (n > UNIQUE_VALUES) fail(c, NV_EUNSUPPORTED, "'uniqueItems' over %d values is not supported (at most %d)", n, UNIQUE_VALUES);
+    else if (n >= 0 && min > n) fail(c, NV_EINVAL, "'minItems' %ld is more than the %d values 'uniqueItems' leaves", min, n);
+    if (n >= 0 && c->err == NV_OK) {
+        if (max < 0 || max > n) max = n;
+        const int w = ws(c), full = (1 << n) - 1;
+        int *after = malloc(((size_t)full + 1) * sizeof *after); /* after[set]: what may follow once those values are written */
+        nv_gbody body = {0};
+        for (int set = full; after && set >= 1; set--) { /* (supersets first: their rules are made) */
+            const int count = __builtin_popcount((unsigned)set);
+            int alts = 0;
+            if (count >= min) nv_gbody_lit(c->b, &body, "]", 1), alts++;
+            for (int i = 0; i < n && count < max; i++) {
+                if (set & (1 << i)) continue;
+                if (alts++) nv_gbody_alt(&body);
+                nv_gbody_lit(c->b, &body, ",", 1);
+                nv_gbody_ref(&body, w);
+                nv_gbody_lit(c->b, &body, lits[i], strlen(lits[i]));
+                nv_gbody_ref(&body, w);
+                nv_gbody_ref(&body, after[set | 1 << i]);
+            }
+            after[set] = nv_gbuild_add(c->b, &body);
+        }
+        int alts = 0; /* "[", then "]" or a first value */
+        if (min == 0) nv_gbody_lit(c->b, &body, "]", 1), alts++;
+        for (int i = 0; after && i < n && max > 0; i++) {
+            if (alts++) nv_gbody_alt(&body);
+            nv_gbody_lit(c->b, &body, lits[i], strlen(lits[i]));
+            nv_gbody_ref(&body, w);
+            nv_gbody_ref(&body, after[1 << i]);
+        }
+        const int rest = after ? nv_gbuild_add(c->b, &body) : fail(c, NV_ENOMEM, "out of memory");
+        if (after) {
+            nv_gbody_lit(c->b, &body, "[", 1);
+            nv_gbody_ref(&body, w);
+            nv_gbody_ref(&body, rest);
+            r = nv_gbuild_add(c->b, &body);
+        }
+        free(after);
+    }
+    for (int i = 0; i < n; i++) cJSON_free(lits[i]);
+    free(lits);
+    return r;
+}
+
 static int gen_array(sc *c, const cJSON *s) {
     const cJSON *items = cJSON_GetObjectItemCaseSensitive(s, "items"), *prefix = cJSON_GetObjectItemCaseSensitive(s, "prefixItems");
     const cJSON *additional = cJSON_GetObjectItemCaseSensitive(s, "additionalItems");
@@ -780,6 +861,10 @@ static int gen_array(sc *c, const cJSON *s) {
     const int n_prefix = prefix ? cJSON_GetArraySize(prefix) : 0;
     if (n_prefix > MAX_REPEAT) return fail(c, NV_EUNSUPPORTED, "a tuple of over %s items is not supported", "10000");
     if (cJSON_IsFalse(items) && min > n_prefix) return fail(c, NV_EINVAL, "'items': false with 'minItems' above the tuple's length matches nothing");
+    const cJSON *uniq = cJSON_GetObjectItemCaseSensitive(s, "uniqueItems");
+    if (uniq && !cJSON_IsBool(uniq)) return fail(c, NV_EINVAL, "'uniqueItems' must be true or false");
+    if (cJSON_IsTrue(uniq) && n_prefix) return fail(c, NV_EUNSUPPORTED, "'uniqueItems' beside a tuple ('prefixItems') is not supported");
+    if (cJSON_IsTrue(uniq)) return unique_items(c, cJSON_IsObject(items) ? items : NULL, min, max);
     int *rules = n_prefix ? calloc((size_t)n_prefix, sizeof *rules) : NULL;
     if (n_prefix && !rules) return fail(c, NV_ENOMEM, "out of memory");
     int k = 0;
@@ -1375,13 +1460,15 @@ static int of_type(const cJSON *v, const cJSON *type) {
 #define MAX_ENUM_TEXT 4096
 #define MAX_ANY_OF 128
 
-/* enum (or const: a list of one), each value written exactly as cJSON prints it (raw: each a string,
- * written as it is, not as JSON). */
-static int gen_enum(sc *c, const cJSON *list, const cJSON *type, const char *key, int raw) {
+/* The texts of an enum's values (or const's: a list of one), each written exactly as cJSON prints it
+ * (raw: each a string, written as it is, not as JSON), sorted, each once, into *out (cJSON_free each,
+ * free the list); how many, or -1 after a failure. */
+static int enum_texts(sc *c, const cJSON *list, const cJSON *type, const char *key, int raw, char ***out) {
     int n = cJSON_GetArraySize(list);
-    char **lits = calloc((size_t)n, sizeof *lits);
-    if (!lits) return fail(c, NV_ENOMEM, "out of memory");
-    int k = 0, r = 0;
+    char **lits = calloc((size_t)n + 1, sizeof *lits);
+    *out = lits;
+    if (!lits) return fail(c, NV_ENOMEM, "out of memory"), -1;
+    int k = 0;
     for (const cJSON *e = list->child; e && c->err == NV_OK; e = e->next) {
         if (!of_type(e, type)) {
             fail(c, NV_EINVAL, "a value of '%s' is not of the schema's 'type'", key);
@@ -1409,8 +1496,16 @@ static int gen_enum(sc *c, const cJSON *list, const cJSON *type, const char *key
             lits[u++] = lits[i];
         }
         k = u;
-        r = literal_trie(c, lits, k, 0);
     }
+    if (c->err == NV_OK) return k;
+    for (int i = 0; i < k; i++) cJSON_free(lits[i]);
+    return -1;
+}
+
+static int gen_enum(sc *c, const cJSON *list, const cJSON *type, const char *key, int raw) {
+    char **lits;
+    const int k = enum_texts(c, list, type, key, raw, &lits);
+    const int r = k >= 0 ? literal_trie(c, lits, k, 0) : 0;
     for (int i = 0; i < k; i++) cJSON_free(lits[i]);
     free(lits);
     return r;
@@ -1433,7 +1528,7 @@ static int alternatives(sc *c, const cJSON *list, const char *key) {
 static const char *const typed_keys[] = {"minLength", "maxLength", "format", "pattern", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
                                          "multipleOf"};
 static const char *const object_keys[] = {"properties", "required", "additionalProperties"};
-static const char *const array_keys[] = {"items", "minItems", "maxItems", "prefixItems", "additionalItems"};
+static const char *const array_keys[] = {"items", "minItems", "maxItems", "prefixItems", "additionalItems", "uniqueItems"};
 #define COUNT(a) (sizeof a / sizeof a[0])
 
 /* s's keywords: each one known (or an annotation), and at most one branch ($ref, const, enum,
@@ -1458,10 +1553,9 @@ static int schema_keys(sc *c, const cJSON *s, const char **branch) {
 
 /* const: enum's list of one. */
 static int gen_const(sc *c, const cJSON *s, const cJSON *type, int raw) {
-    cJSON *one = cJSON_CreateArray();
-    int r = !one || !cJSON_AddItemReferenceToArray(one, cJSON_GetObjectItemCaseSensitive(s, "const"))
-                ? fail(c, NV_ENOMEM, "out of memory")
-                : gen_enum(c, one, type, "const", raw);
+    cJSON *one;
+    const cJSON *list = values_of(s, "const", &one);
+    int r = !list ? fail(c, NV_ENOMEM, "out of memory") : gen_enum(c, list, type, "const", raw);
     cJSON_Delete(one);
     return r;
 }
