@@ -431,6 +431,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                       .vocab_size = FZ_VOCAB,
                       .capacity = FZ_CAPACITY,
                       .dim = 64,
+                      .matryoshka = 1, /* (dimensions below the width cut the vectors) */
                       /* a reasoning server's: every request's budget and effort parsed through */
                       .reasoning = 1,
                       .think_budget = -1,
@@ -545,8 +546,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             FZ_CHECK(em.n_ids[i] >= 1 && em.n_ids[i] <= FZ_SEQ_LEN && em.n_ids[i] <= FZ_CAPACITY, "input %d: %d ids", i, em.n_ids[i]);
             for (int t = 0; t < em.n_ids[i]; t++) FZ_CHECK(em.ids[i][t] >= 0 && em.ids[i][t] < FZ_VOCAB, "input %d: id out of range", i);
         }
+        FZ_CHECK(em.dims >= 0 && em.dims < ctx.dim && (!em.dims || ctx.matryoshka), "dimensions %d", em.dims);
         float *zero = calloc((size_t)em.n * 64, sizeof(float));
-        check_json(zero ? nv_api_embed_response(&ctx, em.model, zero, em.n, em.base64, 1) : NULL, "embeddings body");
+        if (zero && em.dims) nv_api_embed_cut(zero, em.n, ctx.dim, em.dims);
+        check_json(zero ? nv_api_embed_response(em.dims ? em.dims : ctx.dim, em.model, zero, em.n, em.base64, 1) : NULL, "embeddings body");
         free(zero);
         nv_api_embed_free(&em);
     }
