@@ -238,6 +238,8 @@ static void test_schemas(void) {
         {"{\"type\":\"number\",\"multipleOf\":0.01}", {"0.07", "12", "-3.5", "19.99"}, {"0.001", "1e2", "1.999"}},
         {"{\"type\":\"number\",\"minimum\":0,\"maximum\":10,\"multipleOf\":0.1}", {"0", "9.9", "10", "10.0", "3.2"}, {"10.1", "0.25", "-0.1"}},
         {"{\"type\":\"number\",\"multipleOf\":4}", {"8", "-12", "0"}, {"6", "8.0", "4.5"}},
+        {"{\"type\":\"integer\",\"minimum\":-20,\"maximum\":20,\"multipleOf\":7}", {"-14", "-7", "0", "14"}, {"-21", "21", "-20", "13"}},
+        {"{\"type\":\"number\",\"exclusiveMinimum\":0,\"exclusiveMaximum\":30,\"multipleOf\":10}", {"10", "20"}, {"0", "30", "15", "10.5"}},
         /* uniqueItems over an enum's values (pydantic's set[Enum] through a $ref too): each at most once */
         {"{\"type\":\"array\",\"items\":{\"enum\":[\"red\",\"green\",\"blue\"]},\"uniqueItems\":true}",
          {"[]", "[\"red\"]", "[\"blue\", \"red\"]", "[\"green\",\"blue\",\"red\"]"},
@@ -274,6 +276,8 @@ static void test_schema_refusals(void) {
         {"{\"type\":\"array\",\"items\":{\"enum\":[1,2,3,4,5,6,7,8,9,10,11]},\"uniqueItems\":true}", "over 11 values", NV_EUNSUPPORTED},
         {"{\"type\":\"array\",\"items\":{\"enum\":[1,2]},\"uniqueItems\":true,\"minItems\":3}", "'minItems' 3 is more than", NV_EINVAL},
         {"{\"type\":\"array\",\"items\":{\"enum\":[1]},\"uniqueItems\":1}", "true or false", NV_EINVAL},
+        {"{\"type\":\"array\",\"items\":{\"enum\":[{\"a\":1,\"b\":2},{\"b\":2,\"a\":1}]},\"uniqueItems\":true}", "objects or arrays", NV_EUNSUPPORTED},
+        {"{\"type\":\"number\",\"multipleOf\":0.10000000001}", "'multipleOf' 0.1", NV_EUNSUPPORTED},
         {"{\"type\":\"array\",\"prefixItems\":[{\"const\":1}],\"uniqueItems\":true}", "beside a tuple", NV_EUNSUPPORTED},
         {"{\"type\":\"integer\",\"multipleOf\":7919}", "at most 4096 multiples", NV_EUNSUPPORTED},
         {"{\"type\":\"integer\",\"minimum\":100000,\"multipleOf\":3}", "at most 4096 multiples", NV_EUNSUPPORTED},

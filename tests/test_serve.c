@@ -1572,6 +1572,14 @@ static void test_llamacpp_native(void) {
                 "case %zu: the response's fields", i);
         cJSON_Delete(a), cJSON_Delete(b);
     }
+    /* vLLM's prompt_logprobs has no place in this API: dropped (not a streaming 400) */
+    {
+        resp pr;
+        T_CHECK(http(port, "POST", "/completion", NULL, "{\"prompt\":\"Once\",\"n_predict\":2,\"prompt_logprobs\":1,\"stream\":true}", &pr) &&
+                    pr.status == 200,
+                "/completion with prompt_logprobs: %d %s", pr.status, pr.body);
+        resp_free(&pr);
+    }
     /* a window is not the whole text: llama-server's default 64 differs from OpenAI's and vLLM's
        penalties over all of it once the answer is longer */
     {
@@ -1889,7 +1897,7 @@ static void test_cli_errors(void) {
         {"serve -m M -z Z --bogus", 2},
         {"serve -m M -z Z --kv-memory lots", 2},
         {"serve -m M -z Z --chat-template jinja", 2},
-        {"serve -m M -z Z --kv-cache-dtype q8_0", 2},
+        {"serve -m M -z Z --kv-cache-dtype q4_0", 2},
         {"serve -m M -z Z --port 70000", 2},
         {"serve -m M -z Z --max-batch 0", 2},
         {"serve -m /nonexistent/model.bin -z Z --port 0", 1},
@@ -2166,6 +2174,19 @@ static void test_prompt_logprobs(void) {
                 cJSON_IsNull(cJSON_GetArrayItem(pl, 0)) && cJSON_GetArraySize(cJSON_GetArrayItem(pl, 1)) == 1 &&
                 cJSON_GetArraySize(content) == 2,
             "chat: the response's prompt_logprobs, the answer's own logprobs: %s", r.body);
+    cJSON_Delete(root);
+    resp_free(&r);
+    /* with echo and logprobs (the same records serve both), for two choices */
+    snprintf(body, sizeof body, "{\"prompt\":[%s],\"max_tokens\":2,\"temperature\":0,\"prompt_logprobs\":1,\"echo\":true,\"logprobs\":1,\"n\":2}",
+             list);
+    T_CHECK(http(s.port, "POST", "/v1/completions", NULL, body, &r) && r.status == 200, "echo and prompt_logprobs: %d %s", r.status, r.body);
+    root = cJSON_Parse(r.body);
+    for (int c = 0; c < 2; c++) {
+        const cJSON *ch = cJSON_GetArrayItem(cJSON_GetObjectItem(root, "choices"), c);
+        T_CHECK(cJSON_GetArraySize(cJSON_GetObjectItem(ch, "prompt_logprobs")) == n &&
+                    cJSON_GetArraySize(cJSON_GetObjectItem(cJSON_GetObjectItem(ch, "logprobs"), "token_logprobs")) == n + 2,
+                "choice %d: %s", c, r.body);
+    }
     cJSON_Delete(root);
     resp_free(&r);
     static const char *const pl_bad[][2] = {{"{\"prompt\":\"a\",\"prompt_logprobs\":21}", "prompt_logprobs"},
@@ -3038,6 +3059,8 @@ static void test_matryoshka(void) {
         T_CHECK(http(s.port, "POST", "/v1/embeddings", NULL, cut, &r) && r.status == 400 && strstr(r.body, "Matryoshka"), "%d %s", r.status, r.body);
         resp_free(&r);
         T_CHECK(server_stop(&s) == 0, "server did not exit 0");
+    } else {
+        T_CHECK(0, "the server without --matryoshka did not start");
     }
     char dir[700], args[2400];
     snprintf(dir, sizeof dir, "%s", t_path("mrl-hf"));
@@ -3045,19 +3068,39 @@ static void test_matryoshka(void) {
     T_CHECK(t_nerve(args) == 0, "export: %s", t_err);
     cJSON *cfg = json_in(dir, "config.json");
     cJSON_AddTrueToObject(cfg, "is_matryoshka");
+    cJSON_AddItemToObject(cfg, "matryoshka_dimensions", cJSON_Parse("[16, 32]")); /* (the widths it was trained at, alone) */
     json_put("mrl-hf/config.json", cfg);
     snprintf(args, sizeof args, "export '%s/' -o '%s/'", dir, t_path("mrl-hf2")); /* (and it says so again when exported) */
     T_CHECK(t_nerve(args) == 0, "export: %s", t_err);
     cfg = json_in(t_path("mrl-hf2"), "config.json");
-    T_CHECK(cJSON_IsTrue(cJSON_GetObjectItem(cfg, "is_matryoshka")), "the export's config.json lost is_matryoshka");
+    T_CHECK(cJSON_IsTrue(cJSON_GetObjectItem(cfg, "is_matryoshka")) && cJSON_GetArraySize(cJSON_GetObjectItem(cfg, "matryoshka_dimensions")) == 2,
+            "the export's config.json lost is_matryoshka or its widths");
     cJSON_Delete(cfg);
     if (server_spawn(&s, "mrl-hf", NULL, NULL, dir, NULL, "", 30)) {
         T_CHECK(http(s.port, "POST", "/v1/embeddings", NULL, cut, &r) && r.status == 200 && embedding_len(r.body, part, 64) == 16, "%d %s",
                 r.status, r.body);
         resp_free(&r);
+        T_CHECK(http(s.port, "POST", "/v1/embeddings", NULL, "{\"input\":\"Once\",\"dimensions\":8}", &r) && r.status == 400 &&
+                    strstr(r.body, "matryoshka_dimensions"),
+                "a width the model does not list: %d %s", r.status, r.body);
+        resp_free(&r);
         T_CHECK(server_stop(&s) == 0, "server did not exit 0");
     } else {
         T_CHECK(0, "the folder's server did not start");
+    }
+    /* a malformed flag is warned of: the model still loads, its embeddings whole */
+    cfg = json_in(dir, "config.json");
+    cJSON_ReplaceItemInObject(cfg, "is_matryoshka", cJSON_CreateString("true"));
+    json_put("mrl-hf/config.json", cfg);
+    if (server_spawn(&s, "mrl-bad", NULL, NULL, dir, NULL, "", 30)) {
+        char *log = read_log(&s);
+        T_CHECK(strstr(log, "is malformed: ignored"), "no warning: %s", log);
+        free(log);
+        T_CHECK(http(s.port, "POST", "/v1/embeddings", NULL, cut, &r) && r.status == 400, "%d %s", r.status, r.body);
+        resp_free(&r);
+        T_CHECK(server_stop(&s) == 0, "server did not exit 0");
+    } else {
+        T_CHECK(0, "a folder with a malformed is_matryoshka did not load");
     }
 }
 

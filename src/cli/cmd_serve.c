@@ -451,12 +451,11 @@ int cli_serve_run(int argc, char **argv, const cli_serve_job *job) {
             if (!cli_int(CMD, a, v, 1, 4096, &max_batch)) return 2;
         }
         else if (!strcmp(a, "--n-gpu-layers") || !strcmp(a, "-ngl") || !strcmp(a, "--gpu-layers")) { /* (llama-server's scripts carry it) */
-            int layers;
-            if (!cli_int(CMD, a, v, -1, 1 << 20, &layers)) return 2;
-            if (layers) nv_warn("%s %d: nerve runs on the CPU's engines; ignored", a, layers);
+            if (strcmp(v, "0")) nv_warn("%s %.20s: nerve runs on the CPU's engines; ignored", a, v);
         }
-        else if (!strcmp(a, "--ctx-size") || !strcmp(a, "-c") || !strcmp(a, "--max-model-len")) {
-            if (!cli_int(CMD, a, v, 16, 1 << 30, &ctx_size)) return 2;
+        else if (!strcmp(a, "--ctx-size") || !strcmp(a, "-c") || !strcmp(a, "--max-model-len")) { /* (0: the model's, as llama-server's) */
+            if (!cli_int(CMD, a, v, 0, 1 << 30, &ctx_size)) return 2;
+            if (ctx_size && ctx_size < 16) return cli_error(CMD, 2, "%s takes 0 (the model's context) or at least 16, not %d", a, ctx_size);
         }
         else if (!strcmp(a, "--prediction-tokens")) { if (!cli_int(CMD, a, v, 0, NV_MAX_SPEC, &pred_tokens)) return 2; }
         else if (!strcmp(a, "--prefill-chunk")) {
@@ -654,6 +653,7 @@ int cli_serve_run(int argc, char **argv, const cli_serve_job *job) {
                 (double)ad->n_params / 1e6);
     }
     if (spec.draft && (rc = cli_load_draft(CMD, &spec, threads, &model, tok, &draft)) != 0) goto done;
+    if (spec.draft && ctx_size && draft.config.seq_len > ctx_size) draft.config.seq_len = ctx_size; /* (its tables too) */
     rc = 1;
     nv_sched_opts so = {.max_batch = max_batch,
                         .prefill_chunk = prefill_chunk,
@@ -715,6 +715,8 @@ int cli_serve_run(int argc, char **argv, const cli_serve_job *job) {
                       .vocab_size = c->vocab_size,
                       .dim = c->dim,
                       .matryoshka = matryoshka || model.matryoshka,
+                      .mrl_dims = model.mrl_dims,
+                      .n_mrl_dims = model.n_mrl_dims,
                       .capacity = nv_sched_capacity(&sched),
                       .adapters = &adapters};
     char olla_arch[64], olla_quant[32];

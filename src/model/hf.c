@@ -899,20 +899,38 @@ static nv_err folder_pooling(const char *config_path, int *out) {
     return e;
 }
 
+/* config.json's is_matryoshka and matryoshka_dimensions (sentence-transformers', vLLM's) into m:
+ * what only embeddings read is warned of, not refused, when malformed (the model serves text
+ * either way). */
+static void folder_matryoshka(const char *config_path, nv_model *m) {
+    cJSON *cfg = NULL;
+    if (json_file(config_path, 0, &cfg) != NV_OK) return;
+    const cJSON *is = field(cfg, "is_matryoshka"), *dims = field(cfg, "matryoshka_dimensions");
+    const int n = cJSON_IsArray(dims) ? cJSON_GetArraySize(dims) : 0;
+    int ok = (absent(is) || cJSON_IsBool(is)) && (absent(dims) || (cJSON_IsArray(dims) && n <= NV_MRL_DIMS));
+    for (int i = 0; ok && i < n; i++) {
+        const cJSON *d = cJSON_GetArrayItem(dims, i);
+        ok = cJSON_IsNumber(d) && d->valuedouble == floor(d->valuedouble) && d->valuedouble >= 1 && d->valuedouble <= m->config.dim;
+        if (ok) m->mrl_dims[i] = (int)d->valuedouble;
+    }
+    if (ok) {
+        m->matryoshka = cJSON_IsTrue(is) || n > 0;
+        m->n_mrl_dims = n;
+    } else {
+        nv_warn("%s: its is_matryoshka or matryoshka_dimensions (up to %d widths of 1 to %d) is malformed: ignored", config_path, NV_MRL_DIMS,
+                m->config.dim);
+    }
+    cJSON_Delete(cfg);
+}
+
 nv_err nv_hf_load_model(const char *config_path, nv_model *m, int quantized) {
     memset(m, 0, sizeof *m);
     nv_config c;
-    int pooling, mrl = 0;
+    int pooling;
     NV_TRY(folder_pooling(config_path, &pooling));
-    cJSON *cfg;
-    NV_TRY(json_file(config_path, 0, &cfg));
-    const cJSON *dims = field(cfg, "matryoshka_dimensions");
-    nv_err e = get_flag(config_path, cfg, "is_matryoshka", cJSON_IsArray(dims) && cJSON_GetArraySize(dims) > 0, &mrl);
-    cJSON_Delete(cfg);
-    NV_TRY(e);
     NV_TRY(hf_load(config_path, &c, m, quantized));
     m->pooling = pooling;
-    m->matryoshka = mrl;
+    folder_matryoshka(config_path, m);
     return NV_OK;
 }
 
@@ -1978,7 +1996,8 @@ nv_err nv_hf_save(const nv_model *m, const nv_tokenizer *tok, const char *dir, n
         cJSON_AddBoolToObject(cfg, "mlp_bias", 0);
     }
     cJSON_AddBoolToObject(cfg, "tie_word_embeddings", c->shared_classifier);
-    if (m->matryoshka) cJSON_AddBoolToObject(cfg, "is_matryoshka", 1); /* (its embeddings may be cut: nv_hf_load_model reads it) */
+    if (m->matryoshka) cJSON_AddBoolToObject(cfg, "is_matryoshka", 1); /* (its embeddings may be cut: folder_matryoshka reads it) */
+    if (m->n_mrl_dims) cJSON_AddItemToObject(cfg, "matryoshka_dimensions", cJSON_CreateIntArray(m->mrl_dims, m->n_mrl_dims));
     if (!c->qkv_bias) cJSON_AddBoolToObject(cfg, "attention_bias", 0);
     cJSON_AddNumberToObject(cfg, "initializer_range", 0.02);
     cJSON_AddBoolToObject(cfg, "use_cache", 1);

@@ -125,6 +125,8 @@ typedef enum { NV_POOLING_DEFAULT = 0, NV_POOLING_MEAN = 1, NV_POOLING_CLS = 2, 
 const char *nv_pooling_name(int pooling);
 int nv_pooling_of(const char *name);
 
+#define NV_MRL_DIMS 32 /* the most Matryoshka widths a model lists */
+
 typedef struct {
     nv_config config;
     nv_weights w;
@@ -163,8 +165,11 @@ typedef struct {
        a sentence-transformers folder's 1_Pooling); NV_POOLING_DEFAULT where it does not */
     int pooling;
     /* the folder says its embeddings may be cut to fewer dimensions (Matryoshka representation learning:
-       config.json's is_matryoshka, or matryoshka_dimensions) */
+       config.json's is_matryoshka, or matryoshka_dimensions: the widths it was trained at, which alone
+       a request may then ask, n_mrl_dims of them; 0: any) */
     int matryoshka;
+    int mrl_dims[NV_MRL_DIMS];
+    int n_mrl_dims;
 } nv_model;
 
 /* Points w at the parts of a params block laid out in version-1 order. */

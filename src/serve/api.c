@@ -2279,13 +2279,16 @@ int nv_api_embed_parse_json(const nv_api_ctx *ctx, const cJSON *root, nv_api_emb
     if (!rc && fmt && !(cJSON_IsString(fmt) && (!strcmp(fmt->valuestring, "float") || !strcmp(fmt->valuestring, "base64"))))
         nv_api_error_set(err, E400, NULL, "encoding_format", "'encoding_format' must be \"float\" or \"base64\""), rc = err->status;
     /* (a Matryoshka model's vectors are cut to it, as OpenAI's text-embedding-3 are; another model's are whole) */
+    int trained = !ctx->n_mrl_dims; /* a width the model was trained at */
+    for (int i = 0; dims && i < ctx->n_mrl_dims; i++) trained |= cJSON_IsNumber(dims) && dims->valuedouble == ctx->mrl_dims[i];
     if (!rc && dims && !(cJSON_IsNumber(dims) && dims->valuedouble == ctx->dim) &&
-        !(ctx->matryoshka && cJSON_IsNumber(dims) && dims->valuedouble == floor(dims->valuedouble) && dims->valuedouble >= 1 &&
+        !(ctx->matryoshka && trained && cJSON_IsNumber(dims) && dims->valuedouble == floor(dims->valuedouble) && dims->valuedouble >= 1 &&
           dims->valuedouble < ctx->dim))
         nv_api_error_set(err, E400, "unsupported_value", "dimensions",
-                         ctx->matryoshka ? "'dimensions' must be a whole number from 1 to %d (this model's embeddings' width)"
-                                         : "This model's embeddings have %d dimensions and it is not a Matryoshka model (serve --matryoshka): "
-                                           "'dimensions' may only be %d",
+                         !ctx->matryoshka ? "This model's embeddings have %d dimensions and it is not a Matryoshka model (serve --matryoshka): "
+                                            "'dimensions' may only be %d"
+                         : ctx->n_mrl_dims ? "'dimensions' must be one of the widths the model lists (matryoshka_dimensions) or %d"
+                                           : "'dimensions' must be a whole number from 1 to %d (this model's embeddings' width)",
                          ctx->dim, ctx->dim),
             rc = err->status;
     out->dims = !rc && dims && dims->valuedouble < ctx->dim ? (int)dims->valuedouble : 0;

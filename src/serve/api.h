@@ -51,6 +51,8 @@ typedef struct {
     int priority_sched; /* --scheduling-policy priority: requests' priority orders the queue (else a non-zero one is a 400) */
     int dim;       /* the model's width: an embedding's length */
     int matryoshka; /* a Matryoshka embedding model (--matryoshka, or its folder says so): 'dimensions' cuts vectors */
+    const int *mrl_dims; /* the widths it was trained at, which alone 'dimensions' may then name (n_mrl_dims; 0: any) */
+    int n_mrl_dims;
     nv_adapters *adapters; /* LoRA adapters a request's 'model' may name (NULL: none) */
     const nv_jinja *jinja; /* the model's template, run (nv_chat_opts.jinja); NULL: tmpl's renderer */
     /* the form that template writes tool calls in (nv_chat_jinja_tool_style: XML, Mistral's [ARGS]), answers

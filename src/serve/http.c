@@ -854,7 +854,8 @@ static enum MHD_Result generate(nv_http *h, struct MHD_Connection *c, conn_ctx *
             answer_split sp = split_init(reasoning, think_open, tools);
             oom |= split_feed(&sp, text[i].data ? text[i].data : "", text[i].len, 1, &why[i], &said[i], &calls[i], &n_calls[i]) < 0;
             split_free(&sp);
-            const int n_plps = prompt_lp && lps[i].n >= rs[i].prompt_tokens ? rs[i].prompt_tokens : 0, skip = echo_lps ? 0 : n_plps;
+            const int n_plps = prompt_lp && rs[i].prompt_records && lps[i].n >= rs[i].prompt_tokens ? rs[i].prompt_tokens : 0,
+                      skip = echo_lps ? 0 : n_plps;
             ch[i] = (nv_api_choice){.text = said[i].data ? said[i].data : "", .finish = nv_api_finish_reason(rs[i].finish),
                                     .lps = lps[i].v ? lps[i].v + skip : NULL, .n_lps = lps[i].n - skip, .reasoning = why[i].data /* NULL: none, the field is left out */,
                                     .calls = calls[i], .n_calls = n_calls[i], .status = &rs[i],

@@ -215,6 +215,7 @@ static int translate(const nv_api_ctx *ctx, const cJSON *in, cJSON *q, int infil
     }
     meta->n_predict = np ? (int)np->valuedouble : -1;
     drop(q, "n_predict");
+    drop(q, "prompt_logprobs"); /* (vLLM's: this API has no place for them) */
     if (meta->n_predict == 0) { /* the prompt alone (it then stays in the prefix cache) */
         meta->prompt_only = 1;
         put_number(q, "max_tokens", 0);

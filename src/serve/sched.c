@@ -483,6 +483,7 @@ void nv_req_poll(nv_sched *s, nv_req *r, double wait_s, nv_buf *out, nv_lp_list 
     st->done = r->done;
     st->finish = r->finish;
     st->prompt_tokens = r->n_prompt;
+    st->prompt_records = r->plp_sent;
     st->completion_tokens = r->n_gen_pub;
     st->cached_tokens = r->n_cached;
     st->stop_index = r->done ? r->stop_hit : -1; /* written by the loop before it published done */

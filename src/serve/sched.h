@@ -230,6 +230,7 @@ typedef struct {
     int done;
     nv_finish finish;
     int prompt_tokens, completion_tokens;
+    int prompt_records; /* the prompt's log-probability records went out, the first of the list (prompt_logprobs) */
     int cached_tokens; /* prompt tokens whose KV came from the prefix cache */
     int stop_index;    /* once done: the stop string that ended the answer (its index in
                           nv_req_params.stop), else -1 (an end token, a limit, a failure) */

@@ -806,10 +806,15 @@ static int unique_items(sc *c, const cJSON *items, long min, long max) {
     int r = 0;
     if (n > UNIQUE_VALUES) fail(c, NV_EUNSUPPORTED, "'uniqueItems' over %d values is not supported (at most %d)", n, UNIQUE_VALUES);
     else if (n >= 0 && min > n) fail(c, NV_EINVAL, "'minItems' %ld is more than the %d values 'uniqueItems' leaves", min, n);
+    for (int i = 0; i < n && c->err == NV_OK; i++) /* (objects equal whatever their keys' order: texts cannot tell them apart) */
+        if (lits[i][0] == '{' || lits[i][0] == '[')
+            fail(c, NV_EUNSUPPORTED, "'uniqueItems' over objects or arrays is not supported (only strings, numbers, booleans, null)");
     if (n >= 0 && c->err == NV_OK) {
         if (max < 0 || max > n) max = n;
         const int w = ws(c), full = (1 << n) - 1;
         int *after = malloc(((size_t)full + 1) * sizeof *after); /* after[set]: what may follow once those values are written */
+        int value[UNIQUE_VALUES]; /* each value's text, one rule the sets refer to */
+        for (int i = 0; i < n; i++) value[i] = lit_rule(c, lits[i]);
         nv_gbody body = {0};
         for (int set = full; after && set >= 1; set--) { /* (supersets first: their rules are made) */
             const int count = __builtin_popcount((unsigned)set);
@@ -820,7 +825,7 @@ static int unique_items(sc *c, const cJSON *items, long min, long max) {
                 if (alts++) nv_gbody_alt(&body);
                 nv_gbody_lit(c->b, &body, ",", 1);
                 nv_gbody_ref(&body, w);
-                nv_gbody_lit(c->b, &body, lits[i], strlen(lits[i]));
+                nv_gbody_ref(&body, value[i]);
                 nv_gbody_ref(&body, w);
                 nv_gbody_ref(&body, after[set | 1 << i]);
             }
@@ -830,7 +835,7 @@ static int unique_items(sc *c, const cJSON *items, long min, long max) {
         if (min == 0) nv_gbody_lit(c->b, &body, "]", 1), alts++;
         for (int i = 0; after && i < n && max > 0; i++) {
             if (alts++) nv_gbody_alt(&body);
-            nv_gbody_lit(c->b, &body, lits[i], strlen(lits[i]));
+            nv_gbody_ref(&body, value[i]);
             nv_gbody_ref(&body, w);
             nv_gbody_ref(&body, after[1 << i]);
         }
@@ -1264,11 +1269,14 @@ static int multiple_of(sc *c, const cJSON *s, long long *k, int *frac_digits) {
         *k = (long long)v;
         return 1;
     }
-    for (int n = 1; frac_digits && n <= FRAC_DIGITS; n++) /* 10^-n, as a double spells it */
-        if (fabs(v * pow(10.0, n) - 1.0) < 1e-9) {
+    for (int n = 1; frac_digits && n <= FRAC_DIGITS; n++) { /* 10^-n, exactly as a double spells it */
+        char text[8];
+        snprintf(text, sizeof text, "1e-%d", n);
+        if (v == strtod(text, NULL)) {
             *frac_digits = n;
             return 1;
         }
+    }
     if (!frac_digits && inv == floor(inv)) return 1;
     return fail(c, NV_EUNSUPPORTED, "'multipleOf' %g is not supported (on integers: a whole number up to 10^15 or the inverse of one; "
                                     "on numbers: also 0.1, 0.01, ...)", v);

@@ -752,7 +752,7 @@ static nv_err open_shard(nv_source *s) {
     s->tokens = s->map.data;
     int32_t h[3] = {0, 0, 0};
     if (s->map.len >= LLMC_HEADER) memcpy(h, s->map.data, sizeof h);
-    /* (a flat shard would have to begin with the tokens 54984, 308, or a u32 one with an id past 20 million) */
+    /* (a flat shard would have to begin with the tokens 55432, 308 or 55713, 308, or a u32 one with an id past 20 million) */
     if (h[0] == LLMC_U16 || h[0] == LLMC_U32) {
         const int version = h[0] == LLMC_U16 ? LLMC_U16_VERSION : LLMC_U32_VERSION;
         if (h[1] != version)
