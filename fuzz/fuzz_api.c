@@ -432,6 +432,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                       .capacity = FZ_CAPACITY,
                       .dim = 64,
                       .matryoshka = 1, /* (dimensions below the width cut the vectors) */
+                      .trust_request_template = 1, /* (a request's own template parsed and run) */
                       /* a reasoning server's: every request's budget and effort parsed through */
                       .reasoning = 1,
                       .think_budget = -1,

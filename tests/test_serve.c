@@ -2623,6 +2623,58 @@ static void test_llamacpp_flags(void) {
     T_CHECK(t_nerve(args) == 2 && strstr(t_err, "must be the same here (f16 and q8)"), "-ctk f16 -ctv q8_0: %s", t_err);
 }
 
+/* vLLM's request-side template: a chat request's chat_template, run for it alone where the server
+ * trusts requests' templates (else a 400), and documents, the template's 'documents'. */
+static void test_request_template(void) {
+    server s;
+    if (!server_start(&s, "req-template", "--trust-request-chat-template", NULL)) {
+        T_CHECK(0, "server did not start");
+        return;
+    }
+    resp r;
+    T_CHECK(http(s.port, "POST", "/apply-template", NULL,
+                 "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"chat_template\":\"{% for m in messages %}<<{{ m.content }}>>{% endfor %}\"}",
+                 &r) &&
+                r.status == 200 && strstr(r.body, "\"prompt\":\"<<hi>>\""),
+            "the request's template: %d %s", r.status, r.body);
+    resp_free(&r);
+    T_CHECK(http(s.port, "POST", "/apply-template", NULL,
+                 "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"documents\":[{\"title\":\"A\"},{\"title\":\"B\"}],"
+                 "\"chat_template\":\"{% for d in documents %}[{{ d.title }}]{% endfor %}{{ messages[0].content }}\"}",
+                 &r) &&
+                r.status == 200 && strstr(r.body, "\"prompt\":\"[A][B]hi\""),
+            "documents: %d %s", r.status, r.body);
+    resp_free(&r);
+    /* the chat answers from that prompt: its usage counts the template's tokens */
+    result same, other;
+    complete(s.port, 1, NULL,
+             "{\"messages\":[{\"role\":\"user\",\"content\":\"Once upon a time\"}],\"max_tokens\":4,\"temperature\":0,"
+             "\"chat_template\":\"{{ bos_token }}{{ messages[0].content }}\"}",
+             &same);
+    complete(s.port, 0, NULL, "{\"prompt\":\"Once upon a time\",\"max_tokens\":4,\"temperature\":0}", &other);
+    T_CHECK(same.status == 200 && other.status == 200 && !strcmp(same.text, other.text) && same.prompt_tokens == other.prompt_tokens,
+            "a chat through a bare template: '%s' (%d) against '%s' (%d)", same.text, same.prompt_tokens, other.text, other.prompt_tokens);
+    T_CHECK(http(s.port, "POST", "/v1/chat/completions", NULL,
+                 "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"chat_template\":\"{% if %}\"}", &r) &&
+                r.status == 400 && strstr(r.body, "chat_template") && strstr(r.body, "line 1"),
+            "a template that does not parse: %d %s", r.status, r.body);
+    resp_free(&r);
+    T_CHECK(server_stop(&s) == 0, "server did not exit 0");
+    if (!server_start(&s, "req-template-off", "", NULL)) {
+        T_CHECK(0, "server did not start");
+        return;
+    }
+    static const char *const refused[][2] = {
+        {"{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"chat_template\":\"{{ 1 }}\"}", "--trust-request-chat-template"},
+        {"{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"documents\":[{\"title\":\"A\"}]}", "run as Jinja"}};
+    for (int k = 0; k < 2; k++) {
+        T_CHECK(http(s.port, "POST", "/v1/chat/completions", NULL, refused[k][0], &r) && r.status == 400 && strstr(r.body, refused[k][1]),
+                "%s: %d %s", refused[k][0], r.status, r.body);
+        resp_free(&r);
+    }
+    T_CHECK(server_stop(&s) == 0, "server did not exit 0");
+}
+
 /* vLLM's priority: of two requests waiting for the only sequence, the one of lower priority value
  * runs first, whatever their order of arrival. */
 static void test_priority_order(void) {
@@ -3646,6 +3698,7 @@ int main(void) {
     T_RUN(test_ctx_size);
     T_RUN(test_matryoshka);
     T_RUN(test_llamacpp_flags);
+    T_RUN(test_request_template);
     T_RUN(test_tool_calls);
     T_RUN(test_xml_tool_calls);
     T_RUN(test_run_folder);

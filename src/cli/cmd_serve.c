@@ -57,7 +57,7 @@ static void usage(FILE *f) {
             "                   [--chat-template plain|chatml|llama2|llama3|deepseek|phi3|gemma|granite|mistral|phi4-mini|phi4|olmo2|smollm3 |\n"
             "                    --chat-template-file F] [--jinja] [--reasoning-format auto|none|deepseek]\n"
             "                   [--reasoning-budget N] [--reasoning-budget-message TEXT] [--reasoning-effort LEVEL] [--scheduling-policy fcfs|priority] [--no-preemption]\n"
-            "                   [--kv-overcommit] [--pooling mean|cls|last] [--matryoshka]\n"
+            "                   [--kv-overcommit] [--pooling mean|cls|last] [--matryoshka] [--trust-request-chat-template]\n"
             "                   [--rerank-tokens YES[,NO]] [--rerank-template F] [--rerank-instruction TEXT]\n"
             "                   [--ctx-size N] [--max-batch N] [--prefill-chunk N] [--spec-tokens N] [--spec-lookup-min N] [--spec-lookup-max N]\n"
             "                   [--prediction-tokens N]\n"
@@ -122,6 +122,10 @@ static void usage(FILE *f) {
             "  --pooling P          how an embedding pools its input's final-norm rows: mean, cls (the first) or last\n"
             "                       (Qwen3-Embedding's) (default: the model's pooling_type, or a sentence-transformers\n"
             "                       folder's 1_Pooling, else mean)\n"
+            "  --trust-request-chat-template\n"
+            "                       run a chat request's own 'chat_template' (vLLM's; a Jinja text, for that request\n"
+            "                       alone: its client then chooses what the model reads). Without it such a request\n"
+            "                       is a 400\n"
             "  --matryoshka         the model's embeddings may be cut to a request's 'dimensions' (made unit length\n"
             "                       again): one trained for it (Matryoshka representation learning: Qwen3-Embedding);\n"
             "                       a folder whose config.json says is_matryoshka needs no flag\n"
@@ -354,7 +358,7 @@ int cli_serve_run(int argc, char **argv, const cli_serve_job *job) {
     const char *given_keys[MAX_API_KEYS], *api_keys[MAX_API_KEYS];
     int n_given_keys = 0, n_api_keys = 0;
     int reasoning = -1; /* auto: deepseek for a template that shows think blocks, else none */
-    int think_budget = -1, *think_close = NULL, n_think_close = 0, priority_sched = 0, no_preempt = 0, overcommit = 0, matryoshka = 0;
+    int think_budget = -1, *think_close = NULL, n_think_close = 0, priority_sched = 0, no_preempt = 0, overcommit = 0, matryoshka = 0, trust_template = 0;
     const char *budget_message = NULL, *reasoning_effort = NULL;
     int port = 8000, threads = 0, cors = 0, webui = 1, max_batch = 16, prefill_chunk = 512, max_queue = 64, kv_block = 16;
     int pred_tokens = NV_MAX_SPEC;
@@ -385,6 +389,7 @@ int cli_serve_run(int argc, char **argv, const cli_serve_job *job) {
             cli_switch(a, "--no-preemption", &no_preempt, 1) ||
             cli_switch(a, "--kv-overcommit", &overcommit, 1) ||
             cli_switch(a, "--matryoshka", &matryoshka, 1) ||
+            cli_switch(a, "--trust-request-chat-template", &trust_template, 1) ||
             cli_switch(a, "--no-tune", &no_tune, 1) ||
             cli_switch(a, "--allow-lora-updates", &lora_updates, 1) ||
             cli_switch(a, "--no-fine-tune-yield", &ft_yield, 0) ||
@@ -715,6 +720,7 @@ int cli_serve_run(int argc, char **argv, const cli_serve_job *job) {
                       .vocab_size = c->vocab_size,
                       .dim = c->dim,
                       .matryoshka = matryoshka || model.matryoshka,
+                      .trust_request_template = trust_template,
                       .mrl_dims = model.mrl_dims,
                       .n_mrl_dims = model.n_mrl_dims,
                       .capacity = nv_sched_capacity(&sched),

@@ -1086,6 +1086,46 @@ static int chat_opts(const nv_api_ctx *ctx, const cJSON *root, const nv_api_mess
     return 0;
 }
 
+/* vLLM's request-side template fields: chat_template, a Jinja text run for this request alone (only
+ * with --trust-request-chat-template: a client then picks the text the model reads), and documents,
+ * the template's 'documents' (RAG templates read them: Command R's, Granite's). The parsed template
+ * goes to o->jinja and *own (the caller frees it), a copy of the kwargs with the documents to o->kwargs
+ * and *own_kw (the caller deletes it); both NULL when not given. Stops and tool calls stay the server
+ * template's. */
+static int request_template(const nv_api_ctx *ctx, const cJSON *root, nv_chat_opts *o, nv_jinja **own, cJSON **own_kw, nv_api_error *err) {
+    const cJSON *tt = nv_api_field(root, "chat_template"), *docs = nv_api_field(root, "documents");
+    *own = NULL, *own_kw = NULL;
+    if (tt && !ctx->trust_request_template) {
+        nv_api_error_set(err, E400, NULL, "chat_template",
+                         "this server runs its own chat template: a request's 'chat_template' needs --trust-request-chat-template");
+        return err->status;
+    }
+    if (tt && !cJSON_IsString(tt)) {
+        nv_api_error_set(err, E400, NULL, "chat_template", "'chat_template' must be a string");
+        return err->status;
+    }
+    if (tt && nv_jinja_parse(tt->valuestring, strlen(tt->valuestring), own) != NV_OK) {
+        nv_api_error_set(err, E400, NULL, "chat_template", "'chat_template': %s", nv_errmsg());
+        return err->status;
+    }
+    if (*own) o->jinja = *own;
+    if (!docs) return 0;
+    if (!cJSON_IsArray(docs)) {
+        nv_api_error_set(err, E400, NULL, "documents", "'documents' must be a list");
+        return err->status;
+    }
+    if (!o->jinja) {
+        nv_api_error_set(err, E400, NULL, "documents", "'documents' needs a chat template run as Jinja (this server's is %s)",
+                         nv_chat_template_name(ctx->tmpl));
+        return err->status;
+    }
+    if (!(*own_kw = o->kwargs ? cJSON_Duplicate(o->kwargs, 1) : cJSON_CreateObject()) ||
+        !cJSON_AddItemToObject(*own_kw, "documents", cJSON_Duplicate(docs, 1)))
+        return nv_api_oom(err);
+    o->kwargs = *own_kw;
+    return 0;
+}
+
 static int parse_messages(const nv_api_ctx *ctx, const cJSON *root, nv_api_request *out, nv_api_error *err) {
     nv_api_messages msgs;
     int rc = nv_api_messages_parse(nv_api_field(root, "messages"), &msgs, err);
@@ -1093,7 +1133,10 @@ static int parse_messages(const nv_api_ctx *ctx, const cJSON *root, nv_api_reque
     const nv_chat_msg *m = msgs.m;
     const int n = msgs.n;
     nv_chat_opts opts = {.tools = (const char *const *)out->tool_json, .n_tools = out->tools ? out->tools->n : 0, .jinja = ctx->jinja};
+    nv_jinja *own = NULL;
+    cJSON *own_kw = NULL;
     rc = chat_opts(ctx, root, &msgs, out, &opts, err);
+    if (!rc) rc = request_template(ctx, root, &opts, &own, &own_kw, err);
     out->no_think = opts.no_think, out->effort = opts.effort; /* (Ollama's context renders the turn again) */
     nv_err e = NV_OK;
     if (!rc && (e = nv_chat_render_opts(ctx->tmpl, ctx->tok, m, n, &opts, &out->prompt_ids, &out->req.n_prompt)) != NV_OK) {
@@ -1106,6 +1149,8 @@ static int parse_messages(const nv_api_ctx *ctx, const cJSON *root, nv_api_reque
     /* a generation prompt that opens the think block (DeepSeek-R1's later templates): the answer starts in it */
     if (!rc) out->req.think_open = nv_think_opened(ctx->tok, ctx->think_tags, out->prompt_ids, out->req.n_prompt);
     nv_api_messages_free(&msgs);
+    nv_jinja_free(own);
+    cJSON_Delete(own_kw);
     return rc;
 }
 
@@ -1824,7 +1869,10 @@ int nv_api_apply_template(const nv_api_ctx *ctx, const char *body, size_t len, c
     }
     nv_chat_opts opts = {.jinja = ctx->jinja};
     nv_api_request as_chat = {0}; /* the prompt a chat request of this body is given */
-    if (!(rc = parse_reasoning(ctx, root, &as_chat, err)) && !(rc = chat_opts(ctx, root, &msgs, &as_chat, &opts, err)))
+    nv_jinja *own = NULL;
+    cJSON *own_kw = NULL;
+    if (!(rc = parse_reasoning(ctx, root, &as_chat, err)) && !(rc = chat_opts(ctx, root, &msgs, &as_chat, &opts, err)) &&
+        !(rc = request_template(ctx, root, &opts, &own, &own_kw, err)))
         rc = nv_api_tool_texts(nv_api_field(root, "tools"), nv_chat_tool_text_style(ctx->tmpl, ctx->jinja), &tools, &n_tools, err);
     opts.tools = (const char *const *)tools;
     opts.n_tools = n_tools;
@@ -1836,6 +1884,8 @@ int nv_api_apply_template(const nv_api_ctx *ctx, const char *body, size_t len, c
     }
     nv_api_tool_texts_free(tools, n_tools);
     nv_api_messages_free(&msgs);
+    nv_jinja_free(own);
+    cJSON_Delete(own_kw);
     cJSON_Delete(root);
     if (!rc) {
         cJSON *res = cJSON_CreateObject();

@@ -50,6 +50,7 @@ typedef struct {
     const char *reasoning_effort; /* --reasoning-effort: the templates' reasoning_effort where a request gives none (NULL: none) */
     int priority_sched; /* --scheduling-policy priority: requests' priority orders the queue (else a non-zero one is a 400) */
     int dim;       /* the model's width: an embedding's length */
+    int trust_request_template; /* --trust-request-chat-template: a chat request's own chat_template is run (vLLM's) */
     int matryoshka; /* a Matryoshka embedding model (--matryoshka, or its folder says so): 'dimensions' cuts vectors */
     const int *mrl_dims; /* the widths it was trained at, which alone 'dimensions' may then name (n_mrl_dims; 0: any) */
     int n_mrl_dims;
