@@ -1758,6 +1758,11 @@ static void test_bad_requests_table(void) {
         {"POST", C, "{\"prompt\":[\"a\",5]}", 400, "prompt", NULL},
         {"POST", C, "{\"prompt\":\"def f(\",\"suffix\":\"return 1\"}", 400, "suffix", NULL}, /* tok512: no fill-in-the-middle markers */
         {"POST", H, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"suffix\":\"y\"}", 400, "suffix", "unsupported_parameter"},
+        {"POST", H, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"modalities\":[\"text\",\"audio\"]}", 400, "modalities",
+         "unsupported_parameter"},
+        {"POST", H, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"audio\":{\"voice\":\"alloy\"}}", 400, "audio", "unsupported_parameter"},
+        {"POST", H, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"web_search_options\":{}}", 400, "web_search_options",
+         "unsupported_parameter"},
         {"POST", C, "{\"prompt\":\"x\",\"prediction\":\"text\"}", 400, "prediction", NULL},
         {"POST", C, "{\"prompt\":\"x\",\"prediction\":{\"type\":\"text\",\"content\":\"a\"}}", 400, "prediction", NULL},
         {"POST", C, "{\"prompt\":\"x\",\"prediction\":{\"type\":\"content\"}}", 400, "prediction", "missing_required_parameter"},

@@ -404,6 +404,9 @@ static int unsupported(const cJSON *root, const char *key, nv_api_error *err) {
         neutral = cJSON_IsString(v) && !v->valuestring[0];
     } else if (!strcmp(key, "tools") || !strcmp(key, "functions")) {
         neutral = cJSON_IsArray(v) && !v->child;
+    } else if (!strcmp(key, "modalities")) { /* text alone is what every answer is */
+        neutral = cJSON_IsArray(v);
+        for (const cJSON *m = neutral ? v->child : NULL; m; m = m->next) neutral &= cJSON_IsString(m) && !strcmp(m->valuestring, "text");
     }
     if (!neutral) {
         nv_api_error_set(err, E400, "unsupported_parameter", key, "'%s' is not supported by this server", key);
@@ -1534,6 +1537,10 @@ static int parse_root(const nv_api_ctx *ctx, int chat, const cJSON *root, const 
     for (size_t i = 0; i < sizeof bad / sizeof bad[0] - (chat ? 1 : 0); i++) /* chat takes tools */
         if ((rc = unsupported(root, bad[i], err))) return rc;
     if (chat && (rc = unsupported(root, "suffix", err))) return rc; /* completions fill in between (parse_prompt) */
+    /* OpenAI's fields for what no model here does: spoken answers, web search */
+    const char *other[] = {"modalities", "audio", "web_search_options"};
+    for (size_t i = 0; chat && i < sizeof other / sizeof other[0]; i++)
+        if ((rc = unsupported(root, other[i], err))) return rc;
     const cJSON *user = nv_api_field(root, "user");
     if (user && !cJSON_IsString(user)) {
         nv_api_error_set(err, E400, NULL, "user", "'user' must be a string");
