@@ -60,15 +60,18 @@ int bench_grammar(int argc, char **argv, const bench_opts *o) {
     double t0 = nv_now();
     nv_err e = nv_gtrie_build(tok, &tr);
     double trie_ms = (nv_now() - t0) * 1e3;
+    /* (size: multipleOf digit by digit, its remainder the state; colors: uniqueItems, a rule per set of ten) */
     const char *schema_text = "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\"},\"age\":{\"type\":\"integer\","
-                              "\"minimum\":0,\"maximum\":150},\"tags\":{\"type\":\"array\",\"items\":{\"type\":\"string\"}}},"
-                              "\"required\":[\"name\",\"age\",\"tags\"]}";
+                              "\"minimum\":0,\"maximum\":150},\"tags\":{\"type\":\"array\",\"items\":{\"type\":\"string\"}},"
+                              "\"size\":{\"type\":\"integer\",\"minimum\":0,\"multipleOf\":7},\"colors\":{\"type\":\"array\",\"items\":{"
+                              "\"enum\":[\"red\",\"orange\",\"yellow\",\"green\",\"blue\",\"indigo\",\"violet\",\"black\",\"white\",\"grey\"]},"
+                              "\"uniqueItems\":true}},\"required\":[\"name\",\"age\",\"tags\",\"size\",\"colors\"]}";
     cJSON *schema = cJSON_Parse(schema_text);
     nv_grammar *g = NULL, *gx = NULL;
     if (e == NV_OK) e = nv_schema_grammar(schema, &g);
     /* the same arguments in a tool call written as XML (Qwen3-Coder's form): a string as it is */
     cJSON_Delete(schema);
-    char tools_text[1024];
+    char tools_text[2048];
     snprintf(tools_text, sizeof tools_text, "[{\"type\":\"function\",\"function\":{\"name\":\"person\",\"parameters\":%s}}]", schema_text);
     cJSON *tools = cJSON_Parse(tools_text);
     if (!tools && e == NV_OK) e = nv_fail(NV_ENOMEM, "out of memory");
@@ -94,6 +97,8 @@ int bench_grammar(int argc, char **argv, const bench_opts *o) {
         {"string", "{\"name\": \"Once upon a time there ", 0},
         {"integer", "{\"name\": \"Ann\", \"age\": 1", 0},
         {"array", "{\"name\": \"Ann\", \"age\": 7, \"tags\": [\"a\", ", 0},
+        {"multiple_of", "{\"name\": \"Ann\", \"age\": 7, \"tags\": [], \"size\": 14", 0},
+        {"unique_items", "{\"name\": \"Ann\", \"age\": 7, \"tags\": [], \"size\": 14, \"colors\": [\"red\", \"blue\", ", 0},
         {"xml_string", "<tool_call>\n<function=person>\n<parameter=name>\nOnce upon a time there ", 1},
         {"xml_integer", "<tool_call>\n<function=person>\n<parameter=name>\nAnn\n</parameter>\n<parameter=age>\n1", 1},
     };
