@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include "model/tokenizer.h"
 #include "serve/api.h"
@@ -431,6 +432,67 @@ static void test_text_folder(void) {
     const char *none[1] = {empty};
     T_CHECK(nv_dataset_open(&d1, none, 1, t, 512, 0.0f) == NV_EINVAL && strstr(nv_errmsg(), "holds no text file"), "%s", nv_errmsg());
     T_CHECK(nv_dataset_open(&d1, one, 1, NULL, 512, 0.0f) == NV_EINVAL && strstr(nv_errmsg(), "tokenizer"), "%s", nv_errmsg());
+    nv_tokenizer_free(t);
+}
+
+/* path written as gzip (mode "wb", or "ab": another member after those there), n bytes of data. */
+static const char *write_gz(const char *name, const char *mode, const void *data, size_t n) {
+    const char *path = t_path(name);
+    gzFile f = gzopen(path, mode);
+    T_CHECK(f && gzwrite(f, data, (unsigned)n) == (int)n && gzclose(f) == Z_OK, "writing %s", path);
+    return path;
+}
+
+/* Whether two sources hold the same tokens. */
+static int same_tokens(const nv_source *a, const nv_source *b) {
+    int same = a->n_tokens == b->n_tokens && a->n_tokens > 0;
+    for (uint64_t i = 0; same && i < a->n_tokens; i++) same = nv_source_token(a, i) == nv_source_token(b, i);
+    return same;
+}
+
+/* Data kept compressed: a ".gz" text, text JSON Lines, token shard, or a folder's text file reads as
+ * the file it decompresses to; several members one after another (gzip -d's whole output); a
+ * truncated one is refused. */
+static void test_gzip_data(void) {
+    nv_tokenizer *t = load_tok512();
+    if (!t) return;
+    static const char text[] = "Once upon a time there was a cat.\n\nThe cat sat on the mat. It was happy.\n";
+    static const char jsonl[] = "{\"text\": \"Once upon a time there was a cat.\"}\n{\"text\": \"The cat sat.\"}\n";
+    uint16_t shard[600];
+    for (int i = 0; i < 600; i++) shard[i] = (uint16_t)(i % 500 + 3);
+    const char *plain[3] = {t_write("story.txt", text, strlen(text)), t_write("lines.jsonl", jsonl, strlen(jsonl)),
+                            t_write("ramp.bin", shard, sizeof shard)};
+    const char *gz[3] = {write_gz("story.txt.gz", "wb", text, 20), write_gz("lines.jsonl.gz", "wb", jsonl, strlen(jsonl)),
+                         write_gz("ramp.bin.gz", "wb", shard, sizeof shard)};
+    write_gz("story.txt.gz", "ab", text + 20, strlen(text) - 20); /* (a second member: the rest) */
+    nv_dataset a, b;
+    if (open_ok(&a, plain, 3, t, 512, 0.0f)) {
+        if (open_ok(&b, gz, 3, t, 512, 0.0f)) {
+            for (int k = 0; k < 3; k++) T_CHECK(same_tokens(&a.src[k], &b.src[k]), "%s differs from %s", gz[k], plain[k]);
+            T_CHECK(b.src[2].width == 2, "the shard's width: %d", b.src[2].width);
+            nv_dataset_close(&b);
+        }
+        nv_dataset_close(&a);
+    }
+    /* a folder: the .gz text file read as its text (not left out as binary) */
+    char dir[600], cmd[2000];
+    snprintf(dir, sizeof dir, "%s/zipped", t_tmpdir());
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s' && cp '%s' '%s/'", dir, gz[0], dir);
+    T_CHECK(system(cmd) == 0, "making %s", dir);
+    const char *folder[1] = {dir};
+    if (open_ok(&b, folder, 1, t, 512, 0.0f)) {
+        if (open_ok(&a, plain, 1, t, 512, 0.0f)) {
+            T_CHECK(same_tokens(&a.src[0], &b.src[0]), "the folder's .gz text differs from the text");
+            nv_dataset_close(&a);
+        }
+        nv_dataset_close(&b);
+    }
+    /* a truncated one */
+    char *whole = NULL;
+    size_t n = 0;
+    T_CHECK(nv_file_read_all(gz[2], &whole, &n) == NV_OK && n > 30, "%s", nv_errmsg());
+    if (whole) expect_open_fails(t_write("cut.bin.gz", whole, n - 12), NULL, 512, NV_EFORMAT, "not a whole gzip file");
+    free(whole);
     nv_tokenizer_free(t);
 }
 
@@ -1029,6 +1091,7 @@ int main(void) {
     T_RUN(test_malformed_inputs);
     T_RUN(test_text_documents);
     T_RUN(test_text_folder);
+    T_RUN(test_gzip_data);
     T_RUN(test_text_tokenized_in_groups);
     T_RUN(test_chat_data);
     T_RUN(test_prompt_completion_data);

@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+#include <zlib.h>
 
 nv_err nv_file_map(const char *path, nv_mapped *out) {
     out->data = NULL;
@@ -38,6 +39,61 @@ nv_err nv_file_map(const char *path, nv_mapped *out) {
         out->len = (size_t)st.st_size;
     }
     close(fd);
+    return NV_OK;
+}
+
+int nv_file_gz(const char *path) {
+    const size_t n = strlen(path);
+    return n > 3 && !strcmp(path + n - 3, ".gz");
+}
+
+nv_err nv_file_map_data(const char *path, nv_mapped *out) {
+    NV_TRY(nv_file_map(path, out));
+    if (!nv_file_gz(path) || out->len < 2 || out->data[0] != 0x1f || out->data[1] != 0x8b) return NV_OK;
+    const nv_mapped gz = *out;
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    const size_t limit = pages > 0 && page > 0 ? (size_t)pages * (size_t)page : (size_t)1 << 34;
+    size_t cap = gz.len * 4 + 4096, len = 0;
+    uint8_t *buf = mmap(NULL, cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    z_stream z = {.next_in = (Bytef *)gz.data};
+    int rc = buf == MAP_FAILED ? Z_MEM_ERROR : inflateInit2(&z, 15 + 16), too_big = 0; /* (15 + 16: gzip's wrapper) */
+    const int inited = rc == Z_OK;
+    while (rc == Z_OK) {
+        if (len == cap) { /* a larger mapping: mremap moves it, no copy */
+            const size_t more = cap * 2 < limit ? cap * 2 : limit;
+            uint8_t *nb = more > cap ? mremap(buf, cap, more, MREMAP_MAYMOVE) : MAP_FAILED;
+            if (nb == MAP_FAILED) {
+                too_big = more <= cap, rc = Z_MEM_ERROR;
+                break;
+            }
+            buf = nb, cap = more;
+        }
+        const size_t left_in = gz.len - (size_t)(z.next_in - gz.data);
+        z.avail_in = left_in > UINT32_MAX ? UINT32_MAX : (uInt)left_in;
+        z.next_out = buf + len;
+        z.avail_out = cap - len > UINT32_MAX ? UINT32_MAX : (uInt)(cap - len);
+        const uInt room = z.avail_out;
+        rc = inflate(&z, Z_NO_FLUSH);
+        len += room - z.avail_out;
+        const size_t at = (size_t)(z.next_in - gz.data);
+        if (rc == Z_STREAM_END && gz.len - at >= 2 && gz.data[at] == 0x1f && gz.data[at + 1] == 0x8b)
+            rc = inflateReset(&z); /* another member follows (gzip -d writes each after the last) */
+        else if (rc == Z_BUF_ERROR) /* stuck: no room (more follows), or the input ended inside a member */
+            rc = z.avail_out ? Z_DATA_ERROR : Z_OK;
+    }
+    const char *why = z.msg ? z.msg : "it ends inside a member";
+    if (inited) inflateEnd(&z);
+    nv_file_unmap(out);
+    if (rc != Z_STREAM_END) {
+        if (buf != MAP_FAILED) munmap(buf, cap);
+        return too_big ? nv_fail(NV_ENOMEM, "%s: decompresses past the machine's memory (%.1f GB)", path, (double)limit / 1e9)
+               : rc == Z_MEM_ERROR ? nv_fail(NV_ENOMEM, "%s: out of memory decompressing it", path)
+                                   : nv_fail(NV_EFORMAT, "%s: not a whole gzip file (%s)", path, why);
+    }
+    if (!len) munmap(buf, cap);
+    else if (cap > len) mremap(buf, cap, len, 0); /* the spare pages back (nv_file_unmap unmaps len bytes) */
+    out->data = len ? buf : NULL;
+    out->len = len;
     return NV_OK;
 }
 

@@ -19,6 +19,12 @@ typedef struct {
 } nv_mapped;
 
 nv_err nv_file_map(const char *path, nv_mapped *out);
+/* As nv_file_map, but a gzip file named ".gz" is decompressed into memory of its own (every member,
+ * as gzip -d writes them one after another; released by nv_file_unmap alike): training data kept
+ * compressed. One that decompresses past the machine's memory, or is not whole, is refused. */
+nv_err nv_file_map_data(const char *path, nv_mapped *out);
+/* Whether path names a ".gz" file (nv_file_map_data decompresses it). */
+int nv_file_gz(const char *path);
 void nv_file_unmap(nv_mapped *m);
 /* Lets go of the pages of [p, p + len) inside a mapping (read again from the file if touched
  * again): what a loader has converted need not stay in the process's memory until the unmap. */

@@ -73,7 +73,7 @@ nv_err cli_bpe_train_paths(const char *const *paths, int n_paths, int vocab, uin
         if (nv_data_jsonl_is_text(p)) {
             e = nv_data_jsonl_each_text(p, jsonl_line_text, &lines[i]);
             texts[i] = (nv_iov){lines[i].data, lines[i].len};
-        } else if ((e = nv_file_map(p, &maps[i])) == NV_OK) {
+        } else if ((e = nv_file_map_data(p, &maps[i])) == NV_OK) {
             texts[i] = (nv_iov){maps[i].data, maps[i].len};
         }
     }

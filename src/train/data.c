@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 
 #include <cjson/cJSON.h>
+#include <zlib.h>
 
 #include "base/buf.h"
 #include "base/log.h"
@@ -16,9 +17,11 @@
 #include "serve/api.h"
 #include "serve/tools.h"
 
+/* Whether a data file's name ends in suf, a ".gz" after it aside (nv_file_map_data decompresses it). */
 static int has_suffix(const char *s, const char *suf) {
     size_t a = strlen(s), b = strlen(suf);
-    return a >= b && strcmp(s + a - b, suf) == 0;
+    if (nv_file_gz(s)) a -= 3;
+    return a >= b && strncmp(s + a - b, suf, b) == 0;
 }
 
 int nv_data_named_text(const char *path) {
@@ -171,7 +174,7 @@ static nv_err split_docs(const char *t, size_t len, size_t base, size_t (**docs)
 static nv_err load_text(nv_source *s, const nv_tokenizer *tok) {
     if (!tok) return nv_fail(NV_EINVAL, "%s: a text file needs a tokenizer (-z)", s->path);
     nv_mapped m;
-    NV_TRY(nv_file_map(s->path, &m));
+    NV_TRY(nv_file_map_data(s->path, &m));
     size_t (*docs)[2] = NULL, n_docs = 0, cap_docs = 0;
     nv_err e = split_docs((const char *)m.data, m.len, 0, &docs, &n_docs, &cap_docs, s->path);
     if (e == NV_OK) e = tokenize_docs(s, tok, (const char *)m.data, m.len, (const size_t(*)[2])docs, n_docs);
@@ -189,14 +192,15 @@ void nv_text_files_free(nv_text_files *f) {
     memset(f, 0, sizeof *f);
 }
 
-/* 1 when the file's first 8000 bytes hold a NUL byte (or it cannot be read: the reader says why). */
+/* 1 when the file's first 8000 bytes (decompressed, a .gz's) hold a NUL byte (or it cannot be read:
+ * the reader says why). */
 static int looks_binary(const char *path) {
-    FILE *f = fopen(path, "rb");
+    gzFile f = gzopen(path, "rb"); /* (a file that is not gzip reads as it is) */
     if (!f) return 0;
     char head[8000];
-    const size_t n = fread(head, 1, sizeof head, f);
-    fclose(f);
-    return memchr(head, '\0', n) != NULL;
+    const int n = gzread(f, head, sizeof head);
+    gzclose(f);
+    return n > 0 && memchr(head, '\0', (size_t)n) != NULL;
 }
 
 /* The files under dir onto l (nv_data_text_files' rules). */
@@ -254,18 +258,17 @@ static nv_err load_text_dir(nv_source *s, const nv_tokenizer *tok) {
     size_t (*docs)[2] = NULL, n_docs = 0, cap_docs = 0;
     nv_err e = NV_OK;
     for (size_t i = 0; i < l.n && e == NV_OK; i++) {
-        char *text = NULL;
-        size_t len = 0;
-        if ((e = nv_file_read_all(l.paths[i], &text, &len)) != NV_OK) break;
-        if (memchr(text, '\0', len)) {
+        nv_mapped m;
+        if ((e = nv_file_map_data(l.paths[i], &m)) != NV_OK) break;
+        if (m.len && memchr(m.data, '\0', m.len)) {
             e = nv_fail(NV_EFORMAT, "%s: a NUL byte in text", l.paths[i]);
         } else {
             const size_t at = all.len;
-            nv_buf_append(&all, text, len);
+            nv_buf_append(&all, m.data, m.len);
             e = all.oom ? nv_fail(NV_ENOMEM, "out of memory reading %s", l.paths[i])
-                        : split_docs(all.data + at, len, at, &docs, &n_docs, &cap_docs, l.paths[i]);
+                        : split_docs(all.data + at, m.len, at, &docs, &n_docs, &cap_docs, l.paths[i]);
         }
-        free(text);
+        nv_file_unmap(&m);
     }
     if (e == NV_OK) e = tokenize_docs(s, tok, all.data ? all.data : "", all.len, (const size_t(*)[2])docs, n_docs);
     if (e == NV_OK)
@@ -307,7 +310,7 @@ static cJSON *first_jsonl_object(const char *t, size_t len) {
 
 int nv_data_jsonl_is_text(const char *path) {
     nv_mapped m;
-    if (!has_suffix(path, ".jsonl") || nv_file_map(path, &m) != NV_OK) return 0;
+    if (!has_suffix(path, ".jsonl") || nv_file_map_data(path, &m) != NV_OK) return 0;
     cJSON *root = first_jsonl_object((const char *)m.data, m.len);
     nv_file_unmap(&m);
     const int text = cJSON_IsString(cJSON_GetObjectItemCaseSensitive(root, "text")) &&
@@ -319,7 +322,7 @@ int nv_data_jsonl_is_text(const char *path) {
 
 nv_err nv_data_jsonl_each_text(const char *path, nv_err (*fn)(void *ctx, const char *text, size_t n), void *ctx) {
     nv_mapped m;
-    NV_TRY(nv_file_map(path, &m));
+    NV_TRY(nv_file_map_data(path, &m));
     const char *t = (const char *)m.data;
     nv_err e = NV_OK;
     long line_no = 0, lines = 0;
@@ -708,7 +711,7 @@ static nv_err jsonl_line(nv_source *s, chat_build *cb, const nv_tokenizer *tok, 
 static nv_err load_chat(nv_source *s, const nv_tokenizer *tok, nv_chat_template tmpl, float val_frac) {
     if (!tok) return nv_fail(NV_EINVAL, "%s: chat data needs a tokenizer (-z)", s->path);
     nv_mapped map;
-    NV_TRY(nv_file_map(s->path, &map));
+    NV_TRY(nv_file_map_data(s->path, &map));
     const char *t = (const char *)map.data;
     chat_build cb = {0};
     nv_err e = NV_OK;
@@ -748,7 +751,7 @@ enum { LLMC_HEADER = 1024, LLMC_U16 = 20240520, LLMC_U32 = 20240801, LLMC_U16_VE
 /* A token shard: flat little-endian tokens (uint16 in a .bin, uint32 in a .u32), or llm.c's. */
 static nv_err open_shard(nv_source *s) {
     s->width = has_suffix(s->path, ".u32") ? 4 : 2;
-    NV_TRY(nv_file_map(s->path, &s->map));
+    NV_TRY(nv_file_map_data(s->path, &s->map));
     s->tokens = s->map.data;
     int32_t h[3] = {0, 0, 0};
     if (s->map.len >= LLMC_HEADER) memcpy(h, s->map.data, sizeof h);
