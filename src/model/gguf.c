@@ -1634,6 +1634,13 @@ static size_t ob_header(nv_buf *b, uint64_t n_tensors, const char *arch) {
     return kv_at;
 }
 
+/* tokenizer.ggml.add_eos_token where the vocabulary adds EOS (an embedding model's): how many keys, 0 or 1. */
+static int kv_add_eos(nv_buf *b, const nv_tokenizer *tok) {
+    if (!nv_tokenizer_adds_eos(tok)) return 0;
+    kv_bool(b, "tokenizer.ggml.add_eos_token", 1);
+    return 1;
+}
+
 /* A byte-level vocabulary as it was read: pieces, types, merges "A B" in rank order, the
  * pre-tokenizer's name and the special ids. */
 static int vocab_kvs_bpe(nv_buf *b, const nv_tokenizer *tok, const nv_bpe_view *v) {
@@ -1676,10 +1683,7 @@ static int vocab_kvs_bpe(nv_buf *b, const nv_tokenizer *tok, const nv_bpe_view *
             count++;
         }
     kv_bool(b, "tokenizer.ggml.add_bos_token", v->add_bos != 0);
-    if (nv_tokenizer_adds_eos(tok)) {
-        kv_bool(b, "tokenizer.ggml.add_eos_token", 1);
-        count++;
-    }
+    count += kv_add_eos(b, tok);
     return count;
 }
 
@@ -1724,10 +1728,7 @@ static int vocab_kvs(nv_buf *b, const nv_tokenizer *tok) {
         kv_bool(b, "tokenizer.ggml.add_space_prefix", 0);
         count++;
     }
-    if (nv_tokenizer_adds_eos(tok)) {
-        kv_bool(b, "tokenizer.ggml.add_eos_token", 1);
-        count++;
-    }
+    count += kv_add_eos(b, tok);
     return count;
 }
 

@@ -91,10 +91,6 @@ static nv_err alloc_params(nv_model *m) {
 
 static const char *const pooling_names[] = {[NV_POOLING_MEAN] = "mean", [NV_POOLING_CLS] = "cls", [NV_POOLING_LAST] = "last"};
 
-const char *nv_pooling_name(int pooling) {
-    return pooling >= NV_POOLING_MEAN && pooling <= NV_POOLING_LAST ? pooling_names[pooling] : NULL;
-}
-
 int nv_pooling_of(const char *name) {
     for (int p = NV_POOLING_MEAN; p <= NV_POOLING_LAST; p++)
         if (!strcmp(name, pooling_names[p])) return p;

@@ -121,8 +121,7 @@ static inline void nv_model_expert_of(const nv_config *c, int i, int *l, int *e,
 /* An embedding's pooling of the final norm's rows (llama.cpp's numbers: pooling_type): the mean
  * of them, the first (CLS) or the last (a decoder embedding model's: Qwen3-Embedding's). */
 typedef enum { NV_POOLING_DEFAULT = 0, NV_POOLING_MEAN = 1, NV_POOLING_CLS = 2, NV_POOLING_LAST = 3 } nv_pooling;
-/* "mean", "cls", "last" (NULL for another value); and back (-1 for another name). */
-const char *nv_pooling_name(int pooling);
+/* The pooling "mean", "cls" or "last" names (-1 for another name). */
 int nv_pooling_of(const char *name);
 
 #define NV_MRL_DIMS 32 /* the most Matryoshka widths a model lists */

@@ -196,7 +196,9 @@ static nv_err hist_start(nv_sampler *s, const int *prompt, int n_prompt) {
 
 nv_err nv_sampler_set_penalty_window(nv_sampler *s, int last_n, const int *prompt, int n_prompt) {
     if (last_n < -1) return nv_fail(NV_EINVAL, "the penalties' window must be -1 (all), 0 (no penalty) or positive (got %d)", last_n);
-    s->window = last_n == 0 ? -1 : last_n < 0 ? INT_MAX : last_n;
+    /* (neutral penalties need no window, as llama.cpp's are then no step at all) */
+    const int penalized = (s->repetition > 0.0f && s->repetition != 1.0f) || s->presence != 0.0f || s->frequency != 0.0f;
+    s->window = !penalized || last_n == 0 ? -1 : last_n < 0 ? INT_MAX : last_n;
     if (s->window < 0) return NV_OK;
     if (!s->win_count) s->win_count = calloc((size_t)s->vocab_size, sizeof *s->win_count);
     if (!s->win_touched) s->win_touched = malloc((size_t)s->vocab_size * sizeof *s->win_touched);

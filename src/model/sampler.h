@@ -106,7 +106,8 @@ nv_err nv_sampler_set_dry(nv_sampler *s, float multiplier, float base, int allow
  * nv_sampler_set_repetition), frequency and presence (nv_sampler_set_penalties) count the last
  * last_n tokens of the prompt and the answer: a token there has its logit divided by the repetition
  * penalty (multiplied when not positive) and loses count x frequency + presence. -1: every token of
- * them; 0: no penalty at all. Without it the penalties are OpenAI's and vLLM's (above). */
+ * them; 0: no penalty at all. Without it the penalties are OpenAI's and vLLM's (above). Call it after
+ * those two: with all three neutral nothing is counted. */
 nv_err nv_sampler_set_penalty_window(nv_sampler *s, int last_n, const int *prompt, int n_prompt);
 /* DRY's breaker mask for tok's vocabulary (vocab_size bytes, malloc'd; NULL when out of memory): the
  * tokens whose text holds one of the n strings, or with n < 0 llama.cpp's default breakers

@@ -367,9 +367,7 @@ nv_err nv_req_create(nv_req **out, const nv_req_params *p) {
     if (e == NV_OK) e = nv_sampler_set_filters(&r->sampler, p->top_k, p->min_p);
     if (e == NV_OK && p->repetition_penalty > 0)
         e = nv_sampler_set_repetition(&r->sampler, p->repetition_penalty, r->prompt, r->n_prompt);
-    /* (neutral penalties need no window, as llama.cpp's are then no step at all) */
-    const int penalized = (p->repetition_penalty > 0 && p->repetition_penalty != 1.0f) || p->presence_penalty != 0 || p->frequency_penalty != 0;
-    if (e == NV_OK && p->penalty_window && penalized)
+    if (e == NV_OK && p->penalty_window)
         e = nv_sampler_set_penalty_window(&r->sampler, p->penalty_last_n, r->prompt, r->n_prompt);
     if (e == NV_OK && ((p->typical_p > 0 && p->typical_p < 1) || p->top_n_sigma > 0 || p->xtc_probability > 0))
         e = nv_sampler_set_more(&r->sampler, p->typical_p > 0 ? p->typical_p : 1.0f, p->top_n_sigma, p->xtc_probability,
@@ -1638,13 +1636,12 @@ static void lp_compute(const float *raw, int n, int tok, int k, nv_token_lp *out
     for (int i = 1; i < n; i++)
         if (raw[i] > maxv) maxv = raw[i];
     double sum = 0.0;
-    for (int i = 0; i < n; i++) sum += expf(raw[i] - maxv);
+    out->rank = 1;
+    for (int i = 0; i < n; i++) sum += expf(raw[i] - maxv), out->rank += raw[i] > raw[tok];
     const float lse = maxv + (float)log(sum);
     out->tok = tok;
     out->logprob = raw[tok] - lse;
     out->n_top = 0;
-    out->rank = 1;
-    for (int i = 0; i < n; i++) out->rank += raw[i] > raw[tok];
     for (int i = 0; i < n && k > 0; i++) {
         if (out->n_top == k && !(raw[i] > out->top_lp[k - 1])) continue;
         int j = out->n_top < k ? out->n_top++ : k - 1;

@@ -436,8 +436,6 @@ static int positive_multiples(sc *c, long long k, int n) {
     return alts ? nv_gbuild_add(c->b, &body) : fail(c, NV_EINVAL, "no multiple of %lld has at most %d digits", k, n);
 }
 
-static int cmp_num_text(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
-
 /* JSON Schema's multipleOf k (whole, >= 2) on the integers lo..hi: written out as a trie when there
  * are at most MULT_LISTED of them; else, in a range open at each end it is not 0 at (any number, the
  * naturals, the negatives), digit by digit for k = c 10^m with c <= MULT_STATES (c's multiples, then m
@@ -454,7 +452,7 @@ static int integer_multiples(sc *c, long long lo, long long hi, long long k) {
             else snprintf(lits[i], 24, "%lld", (m_lo + i) * k);
         int r = 0;
         if (c->err == NV_OK) {
-            qsort(lits, (size_t)n, sizeof *lits, cmp_num_text);
+            qsort(lits, (size_t)n, sizeof *lits, nv_strcmp_ptrs);
             r = literal_trie(c, lits, n, 0);
         }
         for (int i = 0; i < n; i++) free(lits[i]);
@@ -1256,10 +1254,10 @@ static int gen_string(sc *c, const cJSON *s) {
 
 /* multipleOf's divisor of integers into *k: a whole one, or 1 for an inverse of one (0.5, 0.1: every
  * integer is a multiple), or one of a decimal's digits (0.01) into *frac_digits (numbers only:
- * frac_digits NULL for integers); 0 (refused) for anything else. Absent: *k 1. */
+ * frac_digits NULL for integers; *k then 0); 0 (refused) for anything else. Absent: *k 0. */
 static int multiple_of(sc *c, const cJSON *s, long long *k, int *frac_digits) {
     const cJSON *mo = cJSON_GetObjectItemCaseSensitive(s, "multipleOf");
-    *k = 1;
+    *k = 0;
     if (frac_digits) *frac_digits = 0;
     if (!mo) return 1;
     if (!cJSON_IsNumber(mo) || !(mo->valuedouble > 0) || !isfinite(mo->valuedouble))
@@ -1277,7 +1275,7 @@ static int multiple_of(sc *c, const cJSON *s, long long *k, int *frac_digits) {
             return 1;
         }
     }
-    if (!frac_digits && inv == floor(inv)) return 1;
+    if (!frac_digits && inv == floor(inv)) return *k = 1, 1;
     return fail(c, NV_EUNSUPPORTED, "'multipleOf' %g is not supported (on integers: a whole number up to 10^15 or the inverse of one; "
                                     "on numbers: also 0.1, 0.01, ...)", v);
 }
@@ -1297,7 +1295,7 @@ static int gen_integer(sc *c, const cJSON *s) {
             return fail(c, NV_EUNSUPPORTED, "'format' on an integer: only int32 and int64 are supported");
         if (!strcmp(fmt->valuestring, "int32")) lo = -2147483648.0, hi = 2147483647.0;
     }
-    if (!mn && !mx && !xmn && !xmx && lo < -2147483648.0 && k == 1) return integer(c);
+    if (!mn && !mx && !xmn && !xmx && lo < -2147483648.0 && k <= 1) return integer(c);
     const cJSON *all[] = {mn, mx, xmn, xmx};
     for (int i = 0; i < 4; i++) {
         if (all[i] && !cJSON_IsNumber(all[i]) && !(i >= 2 && cJSON_IsBool(all[i])))
@@ -1394,7 +1392,7 @@ static int gen_type(sc *c, const cJSON *s, const char *type) {
         int lo_x = 0, hi_x = 0, bounded = number_bounds(c, s, &lo, &lo_x, &hi, &hi_x), frac;
         if (!bounded || !multiple_of(c, s, &k, &frac)) return 0;
         if (bounded < 0) lo = -INT_LIMIT, hi = INT_LIMIT;
-        if (k > 1 || (k == 1 && !frac && cJSON_GetObjectItemCaseSensitive(s, "multipleOf"))) { /* whole multiples: integers */
+        if (k) { /* whole multiples: integers */
             if (lo + lo_x > hi - hi_x) return fail(c, NV_EINVAL, "the number bounds leave no multiple of %lld between them", k);
             return k > 1 ? integer_multiples(c, lo + lo_x, hi - hi_x, k) : integer_range(c, lo + lo_x, hi - hi_x);
         }
