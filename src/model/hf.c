@@ -809,6 +809,27 @@ static int gemma_norm(const nv_config *c, const nv_tensor_ref *t) {
     return c->emb_scale != 0.0f && c->ffn_gelu && t->d1 == 1 && t->p && n > 11 && !strcmp(t->name + n - 11, "norm.weight");
 }
 
+/* config.json's is_matryoshka and matryoshka_dimensions (sentence-transformers', vLLM's) into m:
+ * what only embeddings read is warned of, not refused, when malformed (the model serves text
+ * either way). */
+static void folder_matryoshka(const char *config_path, const cJSON *cfg, nv_model *m) {
+    const cJSON *is = field(cfg, "is_matryoshka"), *dims = field(cfg, "matryoshka_dimensions");
+    const int n = cJSON_IsArray(dims) ? cJSON_GetArraySize(dims) : 0;
+    int ok = (absent(is) || cJSON_IsBool(is)) && (absent(dims) || (cJSON_IsArray(dims) && n <= NV_MRL_DIMS));
+    for (int i = 0; ok && i < n; i++) {
+        const cJSON *d = cJSON_GetArrayItem(dims, i);
+        ok = cJSON_IsNumber(d) && d->valuedouble == floor(d->valuedouble) && d->valuedouble >= 1 && d->valuedouble <= m->config.dim;
+        if (ok) m->mrl_dims[i] = (int)d->valuedouble;
+    }
+    if (ok) {
+        m->matryoshka = cJSON_IsTrue(is) || n > 0;
+        m->n_mrl_dims = n;
+    } else {
+        nv_warn("%s: its is_matryoshka or matryoshka_dimensions (up to %d widths of 1 to %d) is malformed: ignored", config_path, NV_MRL_DIMS,
+                m->config.dim);
+    }
+}
+
 /* The config, and with m the weights, of the model config_path names (m NULL: checked only). */
 static nv_err hf_load(const char *config_path, nv_config *c, nv_model *m, int quantized) {
     cJSON *cfg;
@@ -817,7 +838,6 @@ static nv_err hf_load(const char *config_path, nv_config *c, nv_model *m, int qu
     st_set set = {0};
     nv_tensor_ref *t = NULL;
     nv_err e = config_of(config_path, cfg, c, &tied, &kept);
-    cJSON_Delete(cfg);
     const int style = (kept & HF_MIXTRAL_NAMES ? HF_MIXTRAL : 0) | (c->post_norms ? HF_POST_NORMS : 0);
     if (e == NV_OK) e = st_open_model(&set, config_path);
     if (e == NV_OK && (kept & (HF_FUSED_EXPERTS | HF_FUSED_PROJ))) e = st_unfuse(&set, config_path, c, kept);
@@ -859,9 +879,11 @@ static nv_err hf_load(const char *config_path, nv_config *c, nv_model *m, int qu
                     for (uint64_t x = 0; x < t[i].d0; x++) t[i].p[x] += 1.0f;
             }
             if (e == NV_OK) e = nv_model_qk_reorder(m, 0);
+            if (e == NV_OK) folder_matryoshka(config_path, cfg, m);
             if (e != NV_OK) nv_model_free(m);
         }
     }
+    cJSON_Delete(cfg);
     free(t);
     st_close(&set);
     return e;
@@ -899,30 +921,6 @@ static nv_err folder_pooling(const char *config_path, int *out) {
     return e;
 }
 
-/* config.json's is_matryoshka and matryoshka_dimensions (sentence-transformers', vLLM's) into m:
- * what only embeddings read is warned of, not refused, when malformed (the model serves text
- * either way). */
-static void folder_matryoshka(const char *config_path, nv_model *m) {
-    cJSON *cfg = NULL;
-    if (json_file(config_path, 0, &cfg) != NV_OK) return;
-    const cJSON *is = field(cfg, "is_matryoshka"), *dims = field(cfg, "matryoshka_dimensions");
-    const int n = cJSON_IsArray(dims) ? cJSON_GetArraySize(dims) : 0;
-    int ok = (absent(is) || cJSON_IsBool(is)) && (absent(dims) || (cJSON_IsArray(dims) && n <= NV_MRL_DIMS));
-    for (int i = 0; ok && i < n; i++) {
-        const cJSON *d = cJSON_GetArrayItem(dims, i);
-        ok = cJSON_IsNumber(d) && d->valuedouble == floor(d->valuedouble) && d->valuedouble >= 1 && d->valuedouble <= m->config.dim;
-        if (ok) m->mrl_dims[i] = (int)d->valuedouble;
-    }
-    if (ok) {
-        m->matryoshka = cJSON_IsTrue(is) || n > 0;
-        m->n_mrl_dims = n;
-    } else {
-        nv_warn("%s: its is_matryoshka or matryoshka_dimensions (up to %d widths of 1 to %d) is malformed: ignored", config_path, NV_MRL_DIMS,
-                m->config.dim);
-    }
-    cJSON_Delete(cfg);
-}
-
 nv_err nv_hf_load_model(const char *config_path, nv_model *m, int quantized) {
     memset(m, 0, sizeof *m);
     nv_config c;
@@ -930,7 +928,6 @@ nv_err nv_hf_load_model(const char *config_path, nv_model *m, int quantized) {
     NV_TRY(folder_pooling(config_path, &pooling));
     NV_TRY(hf_load(config_path, &c, m, quantized));
     m->pooling = pooling;
-    folder_matryoshka(config_path, m);
     return NV_OK;
 }
 

@@ -300,19 +300,34 @@ static int next_line(const char *t, size_t len, size_t *at, long *line_no, const
     return 0;
 }
 
-/* The first non-blank line of a .jsonl file as JSON (NULL: none, or not JSON). */
-static cJSON *first_jsonl_object(const char *t, size_t len) {
-    size_t at = 0, n = 0;
-    long line_no = 0;
-    const char *line;
-    return next_line(t, len, &at, &line_no, &line, &n) ? nv_json_parse_whole(line, n) : NULL;
+/* The first non-blank line of a .jsonl file as JSON (NULL: none, or not JSON), read only as far as
+ * that line (a .gz's decompressed so far: not the whole file, which its loader reads after). */
+static cJSON *first_jsonl_object(const char *path) {
+    gzFile f = gzopen(path, "rb"); /* (a file that is not gzip reads as it is) */
+    if (!f) return NULL;
+    nv_buf b = {0};
+    char chunk[65536];
+    cJSON *root = NULL;
+    for (int end = 0; !end && !b.oom;) {
+        const int got = gzread(f, chunk, sizeof chunk);
+        end = got <= 0;
+        if (got > 0) nv_buf_append(&b, chunk, (size_t)got);
+        size_t at = 0, n = 0;
+        long line_no = 0;
+        const char *line;
+        if (next_line(b.data, b.len, &at, &line_no, &line, &n) && (end || line + n < b.data + b.len)) { /* (whole: its '\n' came) */
+            root = nv_json_parse_whole(line, n);
+            break;
+        }
+    }
+    gzclose(f);
+    nv_buf_free(&b);
+    return root;
 }
 
 int nv_data_jsonl_is_text(const char *path) {
-    nv_mapped m;
-    if (!has_suffix(path, ".jsonl") || nv_file_map_data(path, &m) != NV_OK) return 0;
-    cJSON *root = first_jsonl_object((const char *)m.data, m.len);
-    nv_file_unmap(&m);
+    if (!has_suffix(path, ".jsonl")) return 0;
+    cJSON *root = first_jsonl_object(path);
     const int text = cJSON_IsString(cJSON_GetObjectItemCaseSensitive(root, "text")) &&
                      !cJSON_GetObjectItemCaseSensitive(root, "messages") && !cJSON_GetObjectItemCaseSensitive(root, "input") &&
                      !cJSON_GetObjectItemCaseSensitive(root, "prompt");
