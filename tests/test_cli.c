@@ -408,6 +408,39 @@ static void test_atomic_writes(void) {
     T_CHECK(seen && WIFSIGNALED(wst) && WTERMSIG(wst) == SIGINT && access(tmpname, F_OK) != 0 && access(out, F_OK) != 0,
             "init stopped while writing: temporary file %s, status %d, it %s, the output %s", seen ? "seen" : "never seen", wst,
             access(tmpname, F_OK) ? "removed" : "left", access(out, F_OK) ? "absent" : "there");
+    /* an export in split files stopped while the second is written: the first, whole by then, is
+       removed with it, and no file takes its name */
+    char model[700], base[700], first[760], second[760];
+    snprintf(model, sizeof model, "%s/s15.bin", t_tmpdir());
+    snprintf(base, sizeof base, "%s/s15.gguf", t_tmpdir());
+    snprintf(cmd, sizeof cmd, "init --preset stories15M -o %s", model);
+    T_CHECK(t_nerve(cmd) == 0, "init: %s", t_err);
+    /* the files' count, from a whole export of the same under another name */
+    snprintf(cmd, sizeof cmd, "export %s -o %s/whole15.gguf --split-max-size 6M", model, t_tmpdir());
+    int n_files = 0;
+    T_CHECK(t_nerve(cmd) == 0 && strstr(t_err, "nerve: wrote ") && sscanf(strstr(t_err, "nerve: wrote "), "nerve: wrote %d files", &n_files) == 1 &&
+                n_files >= 4,
+            "export: %s", t_err);
+    snprintf(cmd, sizeof cmd, "exec '%s' export '%s' -o '%s' --split-max-size 6M 2>/dev/null", t_nerve_bin(), model, base);
+    const pid_t ex = fork();
+    if (ex == 0) {
+        signal(SIGINT, SIG_DFL);
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    snprintf(first, sizeof first, "%s/s15-00001-of-%05d.gguf", t_tmpdir(), n_files);
+    snprintf(second, sizeof second, "%s/s15-00002-of-%05d.gguf.tmp.%ld", t_tmpdir(), n_files, (long)ex);
+    seen = 0;
+    for (int i = 0; i < 60000 && n_files && !seen && waitpid(ex, NULL, WNOHANG) == 0; i++) {
+        seen = access(second, F_OK) == 0;
+        if (!seen) usleep(200);
+    }
+    if (seen) kill(ex, SIGINT);
+    waitpid(ex, &wst, 0);
+    snprintf(tmpname, sizeof tmpname, "%s/s15-00001-of-%05d.gguf.tmp.%ld", t_tmpdir(), n_files, (long)ex);
+    T_CHECK(seen && WIFSIGNALED(wst) && WTERMSIG(wst) == SIGINT && access(tmpname, F_OK) != 0 && access(second, F_OK) != 0 &&
+                access(first, F_OK) != 0,
+            "export stopped while writing its second file (of %d): %s, status %d", n_files, seen ? "seen" : "never seen", wst);
 }
 
 static void test_tokenize(void) {
@@ -497,6 +530,18 @@ static void test_info(void) {
             "info -m: %s%s", t_out, t_err);
     const char *q8 = strstr(t_out, "Q8_0");
     T_CHECK(q8 && strstr(q8, "8.50 bits per value"), "info -m: no Q8_0 line: %s", t_out);
+    /* in llama-gguf-split's files: info from the first gives the whole model; the flags want a GGUF
+       output and a size */
+    snprintf(args, sizeof args, "export %s -z %s -o %s/info_split.gguf --type q8_0 --split-max-tensors 20", m, z, t_tmpdir());
+    T_CHECK(t_nerve(args) == 0 && strstr(t_err, "wrote 3 files") && strstr(t_err, "info_split-00001-of-00003.gguf to ") &&
+                strstr(t_err, "info_split-00003-of-00003.gguf"),
+            "export in split files: %s", t_err);
+    snprintf(args, sizeof args, "info -m %s/info_split-00001-of-00003.gguf", t_tmpdir());
+    T_CHECK(t_nerve(args) == 0 && strstr(t_out, "split in 3 files") && strstr(t_out, "tensors:  47,"), "info -m of split files: %s%s", t_out, t_err);
+    snprintf(args, sizeof args, "export %s -o %s/x.bin --split-max-size 1G", m, t_tmpdir());
+    T_CHECK(t_nerve(args) == 2 && strstr(t_err, "GGUF output") && count_lines(t_err) == 1, "split flags on a llama2.c output: %s", t_err);
+    snprintf(args, sizeof args, "export %s -o %s/x.gguf --split-max-size 0", m, t_tmpdir());
+    T_CHECK(t_nerve(args) == 2 && count_lines(t_err) == 1, "--split-max-size 0: %s", t_err);
     snprintf(args, sizeof args, "info -m %s/absent.gguf", t_tmpdir());
     const int rc = t_nerve(args);
     T_CHECK(rc == 1 && count_lines(t_err) == 1, "info -m of a missing file: exit %d, '%s'", rc, t_err);

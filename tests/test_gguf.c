@@ -9,6 +9,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "base/file.h"
 #include "model/forward.h"
@@ -577,7 +579,7 @@ static void export_and_quantized_plans(const char *type, int bits) {
             { /* the prefix cache tells models apart by their quantized matrices too: a file with one byte of wo's other */
                 char *bytes = NULL;
                 size_t len = 0;
-                const size_t at = (size_t)(z.quant[3].raw - z.source_map.data) + 7;
+                const size_t at = z.n_source_maps ? (size_t)(z.quant[3].raw - z.source_maps[0].data) + 7 : SIZE_MAX;
                 T_CHECK(z.quant[3].raw && nv_file_read_all(out, &bytes, &len) == NV_OK && at < len, "wo's raw blocks");
                 if (bytes && at < len) {
                     bytes[at] ^= 1;
@@ -1684,6 +1686,156 @@ static void test_phi3_serve(void) {
     T_CHECK(n == 5, "%d prompt tokens", n);
 }
 
+/* llama-gguf-split's files: a Q8_0 model written in three files by tensor count and in several by
+ * size loads from its first file to the very weights, and to the very logits on block-quantized
+ * plans over the raw blocks (which stay in every file's mapping), as the model in one file; the
+ * later files hold llama.cpp's three split keys alone; every file is written or none; a missing,
+ * swapped or miscounted file, a later file given first and a renamed first are refused naming why. */
+static long file_size(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return -1;
+    fseek(f, 0, SEEK_END);
+    const long n = ftell(f);
+    fclose(f);
+    return n;
+}
+
+static int read_at(const char *path, long at, void *out, size_t n) {
+    FILE *f = fopen(path, "rb");
+    const int ok = f && fseek(f, at, SEEK_SET) == 0 && fread(out, 1, n, f) == n;
+    if (f) fclose(f);
+    return ok;
+}
+
+static int copy_file(const char *from, const char *to) {
+    char *data = NULL;
+    size_t n = 0;
+    if (nv_file_read_all(from, &data, &n) != NV_OK) return 0;
+    FILE *f = fopen(to, "wb");
+    const int ok = f && fwrite(data, 1, n, f) == n;
+    if (f) fclose(f);
+    free(data);
+    return ok;
+}
+
+static void split_logits(const char *path, float *out, int n, int *ok) {
+    static const int toks[] = {1, 400, 23, 87, 302, 11, 9, 250};
+    nv_model q;
+    *ok = nv_model_load_quantized(path, &q) == NV_OK && nv_model_build_plans(&q, nv_engine_best()) == NV_OK &&
+          t_forward_logits(&q, toks, n, out);
+    T_CHECK(*ok, "%s: %s", path, nv_errmsg());
+    nv_model_free(&q);
+}
+
+static void test_split_files(void) {
+    const char *bp = t_data("models/stories260K.bin");
+    if (!bp) return;
+    nv_engines_init(NULL, 0); /* probed before the best engine is asked for (this test may run alone) */
+    nv_model m, a, b;
+    T_CHECK(nv_model_load(bp, &m) == NV_OK, "%s", nv_errmsg());
+    if (!m.params) return;
+    char one[700], base[700], f[3][720], moved[760];
+    snprintf(one, sizeof one, "%s", t_path("one.gguf"));
+    snprintf(base, sizeof base, "%s", t_path("split.gguf"));
+    nv_gguf_split by_count = {0, 20, 0};
+    T_CHECK(nv_gguf_save(&m, NULL, "s", one, NV_GGUF_Q8_0, NULL, NULL) == NV_OK &&
+                nv_gguf_save_split(&m, NULL, "s", base, NV_GGUF_Q8_0, NULL, NULL, &by_count) == NV_OK && by_count.n_files == 3,
+            "%s: %d files", nv_errmsg(), by_count.n_files);
+    for (int k = 0; k < 3; k++) T_CHECK(nv_gguf_split_name(base, k, 3, f[k], sizeof f[k]) == NV_OK && file_size(f[k]) > 0, "%s", f[k]);
+    T_CHECK(strstr(f[1], "/split-00002-of-00003.gguf") != NULL && file_size(base) < 0, "named %s", f[1]);
+    /* the later files: the split keys alone, their tensors in order (20, 20, then 7 of stories260K's 47) */
+    uint64_t head[3][2];
+    for (int k = 0; k < 3; k++) T_CHECK(read_at(f[k], 8, head[k], 16), "%s", f[k]);
+    T_CHECK(head[0][0] == 20 && head[1][0] == 20 && head[2][0] == 7 && head[1][1] == 3 && head[2][1] == 3 && head[0][1] > 10,
+            "tensors %llu %llu %llu, metadata %llu %llu %llu", (unsigned long long)head[0][0], (unsigned long long)head[1][0],
+            (unsigned long long)head[2][0], (unsigned long long)head[0][1], (unsigned long long)head[1][1], (unsigned long long)head[2][1]);
+    nv_gguf g;
+    size_t n = 0;
+    T_CHECK(nv_gguf_open(f[0], &g) == NV_OK && g.n_tensors == 47 && g.n_shards == 2 &&
+                nv_gguf_file_bytes(&g) == (uint64_t)(file_size(f[0]) + file_size(f[1]) + file_size(f[2])) &&
+                nv_gguf_tensor_find(&g, "output_norm.weight") && nv_gguf_string(&g, "general.architecture", &n),
+            "%s", nv_errmsg());
+    nv_gguf_close(&g);
+    T_CHECK(nv_model_load(one, &a) == NV_OK && nv_model_load(f[0], &b) == NV_OK && a.n_params == b.n_params &&
+                !memcmp(a.params, b.params, a.n_params * 4),
+            "the split model's weights differ from the one file's: %s", nv_errmsg());
+    nv_model_free(&a), nv_model_free(&b);
+    enum { N = 8, V = 512 };
+    float *la = malloc(N * V * 4), *lb = malloc(N * V * 4);
+    int oka = 0, okb = 0;
+    if (la && lb) split_logits(one, la, N, &oka), split_logits(f[0], lb, N, &okb);
+    T_CHECK(oka && okb && !memcmp(la, lb, N * V * 4), "quantized plans over the split files: other logits");
+    free(la), free(lb);
+    /* by size: every file at most the limit of tensor data (the later ones' header is a few hundred
+       bytes), unless one tensor alone passes it */
+    char sized[700];
+    snprintf(sized, sizeof sized, "%s", t_path("sized.gguf"));
+    nv_gguf_split by_size = {40000, 0, 0};
+    T_CHECK(nv_gguf_save_split(&m, NULL, "s", sized, NV_GGUF_Q8_0, NULL, NULL, &by_size) == NV_OK && by_size.n_files >= 4,
+            "%s: %d files", nv_errmsg(), by_size.n_files);
+    for (int k = 1; k < by_size.n_files; k++) {
+        char p[720];
+        uint64_t nt = 0;
+        T_CHECK(nv_gguf_split_name(sized, k, by_size.n_files, p, sizeof p) == NV_OK && read_at(p, 8, &nt, 8) &&
+                    (file_size(p) <= 40000 + 2048 || nt == 1),
+                "%s: %ld bytes, %llu tensors", p, file_size(p), (unsigned long long)nt);
+    }
+    char first_sized[720];
+    T_CHECK(nv_gguf_split_name(sized, 0, by_size.n_files, first_sized, sizeof first_sized) == NV_OK &&
+                nv_model_load(first_sized, &b) == NV_OK && b.n_params == m.n_params,
+            "%s", nv_errmsg());
+    nv_model_free(&b);
+    /* refusals, each naming what is wrong */
+    T_CHECK(nv_model_load(f[1], &b) == NV_EINVAL && strstr(nv_errmsg(), "split 2 of 3: load the first") && strstr(nv_errmsg(), "split-00001-of-00003.gguf"),
+            "the second file given: %s", nv_errmsg());
+    snprintf(moved, sizeof moved, "%s.away", f[2]);
+    T_CHECK(rename(f[2], moved) == 0 && nv_model_load(f[0], &b) != NV_OK && strstr(nv_errmsg(), "split 3 of 3") &&
+                strstr(nv_errmsg(), "split-00003-of-00003.gguf"),
+            "a missing file: %s", nv_errmsg());
+    rename(moved, f[2]);
+    const char *renamed = t_path("renamed.gguf");
+    T_CHECK(copy_file(f[0], renamed) && nv_model_load(renamed, &b) == NV_EFORMAT && strstr(nv_errmsg(), "cannot be found"),
+            "a renamed first file: %s", nv_errmsg());
+    snprintf(moved, sizeof moved, "%s.kept", f[1]);
+    T_CHECK(rename(f[1], moved) == 0 && copy_file(f[2], f[1]) && nv_model_load(f[0], &b) == NV_EFORMAT &&
+                strstr(nv_errmsg(), "says it is split 3 of 3"),
+            "a file in another's place: %s", nv_errmsg());
+    rename(moved, f[1]);
+    /* split.tensors.count one short */
+    char *data = NULL;
+    T_CHECK(nv_file_read_all(f[0], &data, &n) == NV_OK, "%s", nv_errmsg());
+    char *key = data ? memmem(data, n, "split.tensors.count", 19) : NULL;
+    T_CHECK(key != NULL, "no split.tensors.count in the first file");
+    if (key) {
+        int32_t v;
+        memcpy(&v, key + 19 + 4, 4);
+        T_CHECK(v == 47, "split.tensors.count %d", v);
+        v = 46;
+        memcpy(key + 19 + 4, &v, 4);
+        const char *bad = t_write("counted-00001-of-00003.gguf", data, n);
+        T_CHECK(copy_file(f[1], t_path("counted-00002-of-00003.gguf")) && copy_file(f[2], t_path("counted-00003-of-00003.gguf")) &&
+                    nv_model_load(bad, &b) == NV_EFORMAT && strstr(nv_errmsg(), "says 46 tensors"),
+                "a miscounted set: %s", nv_errmsg());
+    }
+    free(data);
+    /* all or none: the second file cannot be made (a folder at its temporary name), so the first,
+       written already, never replaces the old one and leaves no temporary file */
+    char tmp2[800], tmp1[800], *before = NULL, *after = NULL;
+    size_t nb = 0, na = 0;
+    snprintf(tmp2, sizeof tmp2, "%s.tmp.%ld", f[1], (long)getpid());
+    snprintf(tmp1, sizeof tmp1, "%s.tmp.%ld", f[0], (long)getpid());
+    nv_file_read_all(f[0], &before, &nb);
+    nv_model_init_random(&m, 7);
+    T_CHECK(mkdir(tmp2, 0700) == 0 && nv_gguf_save_split(&m, NULL, "s", base, NV_GGUF_Q8_0, NULL, NULL, &by_count) == NV_EIO,
+            "a split set written with one file unwritable: %s", nv_errmsg());
+    nv_file_read_all(f[0], &after, &na);
+    T_CHECK(before && after && nb == na && !memcmp(before, after, nb) && access(tmp1, F_OK) != 0,
+            "the first file replaced or its temporary file left (%zu, %zu bytes)", nb, na);
+    free(before), free(after);
+    rmdir(tmp2);
+    nv_model_free(&m);
+}
+
 int main(void) {
     T_RUN(test_stories260k_gguf_equals_bin);
     T_RUN(test_tiny_random_v3_f16);
@@ -1708,5 +1860,6 @@ int main(void) {
     T_RUN(test_rope_rows_order);
     T_RUN(test_phi4_mini);
     T_RUN(test_phi3_serve);
+    T_RUN(test_split_files);
     return t_done();
 }

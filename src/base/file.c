@@ -144,14 +144,14 @@ static int write_full(int fd, const void *p, size_t n) {
     return 0;
 }
 
-/* The temporary file of the atomic write in progress, for the signal handler nv_file_clean_on_signals
- * installs (single-threaded commands only: one write at a time). */
-static char pending_tmp[4352];
-static volatile sig_atomic_t pending_on;
+/* The temporary files of the atomic write in progress, for the signal handler nv_file_clean_on_signals
+ * installs (single-threaded commands only: one write at a time): pending_list's first pending_n. */
+static char *const *volatile pending_list;
+static volatile sig_atomic_t pending_n;
 static int clean_on_signals;
 
 static void unlink_pending_and_die(int sig) {
-    if (pending_on) unlink(pending_tmp); /* (async-signal-safe) */
+    for (sig_atomic_t i = 0; i < pending_n; i++) unlink(pending_list[i]); /* (async-signal-safe) */
     signal(sig, SIG_DFL);
     raise(sig);
 }
@@ -165,13 +165,13 @@ void nv_file_clean_on_signals(void) {
     clean_on_signals = 1;
 }
 
-static void pending_set(const char *tmp) {
-    if (!clean_on_signals || strlen(tmp) >= sizeof pending_tmp) return;
-    pending_on = 0;
+/* The first n of tmps (each named before its file is made) for the handler; 0 when the write is over. */
+static void pending_set(char *const *tmps, int n) {
+    if (!clean_on_signals) return;
     atomic_signal_fence(memory_order_seq_cst);
-    memcpy(pending_tmp, tmp, strlen(tmp) + 1);
-    atomic_signal_fence(memory_order_seq_cst); /* (the name whole before the handler may read it) */
-    pending_on = 1;
+    if (n) pending_list = tmps; /* (the names whole before the handler may read them) */
+    atomic_signal_fence(memory_order_seq_cst);
+    pending_n = n;
 }
 
 void nv_file_sync_parent(const char *path) {
@@ -184,45 +184,57 @@ void nv_file_sync_parent(const char *path) {
     if (fd >= 0) fsync(fd), close(fd);
 }
 
-nv_err nv_file_write_atomic(const char *path, const nv_iov *parts, int n) {
-    size_t plen = strlen(path);
-    char *tmp = malloc(plen + 32);
-    if (!tmp) return nv_fail(NV_ENOMEM, "out of memory");
-    snprintf(tmp, plen + 32, "%s.tmp.%ld", path, (long)getpid());
-    /* a new file of our own (not one a link put there), with the mode of the file it replaces */
+/* parts written to a new file tmp (not one a link put there) with the mode of the file at path, synced;
+ * on failure tmp is gone. */
+static nv_err write_temp(const char *path, const char *tmp, const nv_iov *parts, int n) {
     struct stat old;
     const int had = stat(path, &old) == 0 && S_ISREG(old.st_mode);
     unlink(tmp);
-    pending_set(tmp); /* (before the file is there: a signal from here on finds it named) */
     int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, had ? (old.st_mode & 0777) : 0644);
-    if (fd < 0) {
-        nv_err e = nv_fail(NV_EIO, "%s: %s", tmp, strerror(errno));
-        pending_on = 0;
-        free(tmp);
-        return e;
-    }
+    if (fd < 0) return nv_fail(NV_EIO, "%s: %s", tmp, strerror(errno));
     if (had) fchmod(fd, old.st_mode & 07777); /* (the umask left out of it) */
-    for (int i = 0; i < n; i++) {
-        if (write_full(fd, parts[i].ptr, parts[i].len) != 0) goto fail;
-    }
-    if (fsync(fd) != 0) goto fail;
-    if (close(fd) != 0) {
-        fd = -1;
-        goto fail;
-    }
-    fd = -1;
-    if (rename(tmp, path) != 0) goto fail;
-    pending_on = 0;
-    nv_file_sync_parent(path);
-    free(tmp);
-    return NV_OK;
-fail:;
-    nv_err e = nv_fail(NV_EIO, "%s: %s", path, strerror(errno));
-    if (fd >= 0) close(fd);
+    int ok = 1, err = 0;
+    for (int i = 0; i < n && ok; i++) ok = write_full(fd, parts[i].ptr, parts[i].len) == 0;
+    if (!(ok = ok && fsync(fd) == 0)) err = errno;
+    if (close(fd) != 0 && ok) ok = 0, err = errno;
+    if (ok) return NV_OK;
+    nv_err e = nv_fail(NV_EIO, "%s: %s", path, strerror(err));
     unlink(tmp);
-    pending_on = 0;
+    return e;
+}
+
+nv_err nv_file_write_atomic_set(const nv_file_out *files, int n_files) {
+    char **tmp = calloc((size_t)n_files + 1, sizeof *tmp);
+    if (!tmp) return nv_fail(NV_ENOMEM, "out of memory");
+    nv_err e = NV_OK;
+    int made = 0;
+    for (; made < n_files && e == NV_OK; made++) {
+        const size_t cap = strlen(files[made].path) + 32;
+        if (!(tmp[made] = malloc(cap))) {
+            e = nv_fail(NV_ENOMEM, "out of memory");
+            break;
+        }
+        snprintf(tmp[made], cap, "%s.tmp.%ld", files[made].path, (long)getpid());
+        pending_set(tmp, made + 1); /* (before the file is there: a signal from here on finds it named) */
+        if ((e = write_temp(files[made].path, tmp[made], files[made].parts, files[made].n)) != NV_OK) break;
+    }
+    /* every file whole and synced before the first takes its name: a failure before here changes nothing */
+    int renamed = 0;
+    for (; e == NV_OK && renamed < n_files; renamed++)
+        if (rename(tmp[renamed], files[renamed].path) != 0)
+            e = renamed ? nv_fail(NV_EIO, "%s: %s (the %d files before it are replaced, it and the rest not)", files[renamed].path, strerror(errno), renamed)
+                        : nv_fail(NV_EIO, "%s: %s", files[renamed].path, strerror(errno));
+    for (int i = renamed; i < made && i < n_files; i++) unlink(tmp[i]);
+    pending_set(tmp, 0);
+    for (int i = 0; i < renamed; i++) nv_file_sync_parent(files[i].path);
+    for (int i = 0; i < n_files; i++) free(tmp[i]);
     free(tmp);
     return e;
+}
+
+nv_err nv_file_write_atomic(const char *path, const nv_iov *parts, int n) {
+    const nv_file_out f = {path, parts, n};
+    return nv_file_write_atomic_set(&f, 1);
 }
 
 nv_err nv_file_read_all(const char *path, char **out, size_t *len) {

@@ -57,6 +57,14 @@ typedef struct {
     size_t len;
 } nv_iov;
 nv_err nv_file_write_atomic(const char *path, const nv_iov *parts, int n);
+/* n_files files written so, all or none: every temporary file written and synced before the first
+ * rename (a rename failing part way, which a full disk cannot cause, says how many were replaced). */
+typedef struct {
+    const char *path;
+    const nv_iov *parts;
+    int n;
+} nv_file_out;
+nv_err nv_file_write_atomic_set(const nv_file_out *files, int n_files);
 /* For a single-threaded command: SIGINT, SIGTERM and SIGHUP (those left at their default) remove
  * the temporary file of an atomic write in progress before the process dies of them. */
 void nv_file_clean_on_signals(void);

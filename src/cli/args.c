@@ -1,3 +1,4 @@
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
@@ -84,6 +85,29 @@ int cli_u64(const char *cmd, const char *flag, const char *s, uint64_t *out) {
     }
     *out = v;
     return 1;
+}
+
+int cli_size(const char *cmd, const char *flag, const char *s, int unit, uint64_t *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || v < 0) goto bad;
+    double mul = 1;
+    switch (toupper((unsigned char)*end)) {
+    case 'K': mul = unit, end++; break;
+    case 'M': mul = (double)unit * unit, end++; break;
+    case 'G': mul = (double)unit * unit * unit, end++; break;
+    case 'T': mul = (double)unit * unit * unit * unit, end++; break;
+    default: break;
+    }
+    if (mul > 1 && (end[0] == 'i' || end[0] == 'I')) end++;
+    if (end[0] == 'B' || end[0] == 'b') end++;
+    if (*end || v * mul > 1e18) goto bad;
+    *out = (uint64_t)(v * mul);
+    return 1;
+bad:
+    cli_error(cmd, 2, "%s expects a size like 512M or 2G, got '%s'", flag, s);
+    return 0;
 }
 
 int cli_float(const char *cmd, const char *flag, const char *s, double lo, double hi, float *out) {

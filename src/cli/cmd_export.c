@@ -59,7 +59,7 @@ static int output_template(const template_flags *f, const char *input, char **te
 }
 
 static int write_out(const nv_model *m, const char *out, const char *tok_path, out_format fmt, uint32_t type,
-                     const char *chat_template, const nv_imatrix *im) {
+                     const char *chat_template, const nv_imatrix *im, nv_gguf_split *split) {
     if (m->cls_head) /* a GGUF reranker's: the export keeps the language model alone */
         nv_warn("export: %s gets no classification head (cls.output): it reranks by its tokens' logits (--rerank-tokens), not by the head",
                 out);
@@ -79,16 +79,31 @@ static int write_out(const nv_model *m, const char *out, const char *tok_path, o
                       fmt == OUT_GGUF ? "llama.cpp needs" : "transformers needs (tokenizer.json)");
     char name[256];
     nv_path_name(out, name, sizeof name); /* general.name */
-    nv_err e = fmt == OUT_GGUF ? nv_gguf_save(m, tok, name, out, type, chat_template, im)
+    nv_err e = fmt == OUT_GGUF ? nv_gguf_save_split(m, tok, name, out, type, chat_template, im, split)
                                : nv_hf_save(m, tok, out, type == NV_GGUF_F16 ? NV_HF_F16 : type == NV_GGUF_F32 ? NV_HF_F32 : NV_HF_BF16,
                                             chat_template);
     nv_tokenizer_free(tok);
     return e == NV_OK ? 0 : cli_error(CMD, 1, "%s", nv_errmsg());
 }
 
+/* What was written: OUT, or the split files' names. */
+static void report_written(const char *out, const nv_gguf_split *split, const char *what) {
+    if (!split) {
+        fprintf(stderr, "nerve: wrote %s%s\n", out, what);
+        return;
+    }
+    char first[4200], last[4200];
+    if (nv_gguf_split_name(out, 0, split->n_files, first, sizeof first) != NV_OK ||
+        nv_gguf_split_name(out, split->n_files - 1, split->n_files, last, sizeof last) != NV_OK)
+        return;
+    if (split->n_files == 1) fprintf(stderr, "nerve: wrote %s%s\n", first, what);
+    else fprintf(stderr, "nerve: wrote %d files, %s to %s%s\n", split->n_files, first, last, what);
+}
+
 static int export_cmd(int argc, char **argv, nv_imatrix *im) {
     const char *in = NULL, *out = NULL, *tok_path = NULL, *type_name = "f32", *format = NULL, *imatrix_path = NULL;
-    int pure = 0;
+    int pure = 0, max_tensors = 0;
+    uint64_t max_bytes = 0;
     cli_loras loras = {0};
     template_flags tf = {0};
     for (int i = 1; i < argc; i++) {
@@ -96,6 +111,7 @@ static int export_cmd(int argc, char **argv, nv_imatrix *im) {
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             printf("usage: nerve export CHECKPOINT|RUN_DIR|MODEL -o OUT [-z TOKENIZER] [--type f32|f16|bf16|q8_0|q6_k|q5_k_m|q5_k_s|q5_1|q5_0|q4_k_m|q4_k_s|q4_1|q4_0|iq4_xs|iq4_nl|q3_k_l|q3_k_m|q3_k_s|q2_k]\n"
                    "                   [--format llama2c|gguf|hf] [--imatrix FILE] [--pure] [--lora ADAPTER] [--lora-scaled ADAPTER SCALE]\n"
+                   "                   [--split-max-size SIZE] [--split-max-tensors N]\n"
                    "  writes the weights of a training checkpoint (a run folder: its ckpt.bin) or of a model\n"
                    "  (a file, or a Hugging Face folder) as a llama2.c version-1 checkpoint; or, when OUT ends in .gguf,\n"
                    "  as a GGUF v3 llama model (qwen3 for a QK-norm model) as llama.cpp reads it; or, when OUT\n"
@@ -129,7 +145,11 @@ static int export_cmd(int argc, char **argv, nv_imatrix *im) {
                    "            the largest inputs\n"
                    "  --lora ADAPTER, --lora-scaled ADAPTER SCALE\n"
                    "            merge a LoRA adapter (GGUF, nerve's or llama.cpp's) into MODEL's weights first, scaled\n"
-                   "            (default 1); up to 8. A LoRA run folder exports its merged model (model.bin/.gguf)\n");
+                   "            (default 1); up to 8. A LoRA run folder exports its merged model (model.bin/.gguf)\n"
+                   "  --split-max-size SIZE, --split-max-tensors N\n"
+                   "            GGUF: the model in llama-gguf-split's files, OUT-00001-of-0000N.gguf, ... (OUT without .gguf),\n"
+                   "            each at most SIZE of tensor data (e.g. 2G, 500M: units of 1000, as llama-gguf-split's) or N\n"
+                   "            tensors; llama.cpp and nerve load them from the first\n");
             return 0;
         }
         if (a[0] != '-') {
@@ -149,7 +169,12 @@ static int export_cmd(int argc, char **argv, nv_imatrix *im) {
         else if (!strcmp(a, "--chat-template")) tf.name = v;
         else if (!strcmp(a, "--chat-template-file")) tf.file = v;
         else if (!strcmp(a, "--imatrix")) imatrix_path = v;
-        else return cli_error(CMD, 2, "unknown option '%s'", a);
+        else if (!strcmp(a, "--split-max-size")) {
+            if (!cli_size(CMD, a, v, 1000, &max_bytes)) return 2;
+            if (!max_bytes) return cli_error(CMD, 2, "--split-max-size expects a size above 0");
+        } else if (!strcmp(a, "--split-max-tensors")) {
+            if (!cli_int(CMD, a, v, 1, 1 << 20, &max_tensors)) return 2;
+        } else return cli_error(CMD, 2, "unknown option '%s'", a);
     }
     static const struct {
         const char *name;
@@ -180,6 +205,8 @@ static int export_cmd(int argc, char **argv, nv_imatrix *im) {
         return cli_error(CMD, 2, "--type %s: a Hugging Face folder holds f32, bf16 or f16 weights", type_name);
     if (fmt == OUT_LLAMA2C && type != NV_GGUF_F32)
         return cli_error(CMD, 2, "--type %s needs a GGUF output (OUT ending in .gguf) or a Hugging Face one", type_name);
+    nv_gguf_split split_by = {max_bytes, (uint32_t)max_tensors, 0}, *split = max_bytes || max_tensors ? &split_by : NULL;
+    if (split && fmt != OUT_GGUF) return cli_error(CMD, 2, "--split-max-size and --split-max-tensors go with a GGUF output");
     if (pure && (fmt != OUT_GGUF || type == NV_GGUF_F32 || type == NV_GGUF_F16 || type == NV_GGUF_BF16))
         return cli_error(CMD, 2, "--pure goes with a quantized GGUF output (--type q8_0, q4_0, a k-quant, ...)");
     if (imatrix_path) {
@@ -232,10 +259,12 @@ static int export_cmd(int argc, char **argv, nv_imatrix *im) {
         long long step = (long long)ck.h.step;
         char *tmpl = NULL;
         int rc = output_template(&tf, path, &tmpl);
-        if (!rc) rc = write_out(&m, out, tok_path, fmt, pure ? type | NV_GGUF_PURE : type, tmpl, im->n ? im : NULL);
+        if (!rc) rc = write_out(&m, out, tok_path, fmt, pure ? type | NV_GGUF_PURE : type, tmpl, im->n ? im : NULL, split);
         free(tmpl);
         nv_ckpt_close(&ck);
-        if (!rc) fprintf(stderr, "nerve: wrote %s (step %lld)\n", out, step);
+        char what[64];
+        snprintf(what, sizeof what, " (step %lld)", step);
+        if (!rc) report_written(out, split, what);
         return rc;
     }
     char why[512];
@@ -261,10 +290,10 @@ static int export_cmd(int argc, char **argv, nv_imatrix *im) {
     if (!tok_path && fmt != OUT_LLAMA2C && nv_gguf_has_vocab(path)) tok_path = path; /* a GGUF input brings its own */
     char *tmpl = NULL;
     int rc = output_template(&tf, path, &tmpl);
-    if (!rc) rc = write_out(&m, out, tok_path, fmt, pure ? type | NV_GGUF_PURE : type, tmpl, im->n ? im : NULL);
+    if (!rc) rc = write_out(&m, out, tok_path, fmt, pure ? type | NV_GGUF_PURE : type, tmpl, im->n ? im : NULL, split);
     free(tmpl);
     nv_model_free(&m);
-    if (!rc) fprintf(stderr, "nerve: wrote %s\n", out);
+    if (!rc) report_written(out, split, "");
     return rc;
 }
 

@@ -18,9 +18,10 @@
 
 /* A GGUF file's tensors by type: count, values and bytes each, and the bits per value over all; 0
  * when path is not a GGUF file. */
-static int gguf_types(const char *path, uint64_t file_bytes) {
+static int gguf_types(const char *path) {
     nv_gguf g;
     if (nv_gguf_open(path, &g) != NV_OK) return 0;
+    const uint64_t file_bytes = nv_gguf_file_bytes(&g);
     size_t arch_len = 0, name_len = 0;
     const char *arch = nv_gguf_string(&g, "general.architecture", &arch_len), *name = nv_gguf_string(&g, "general.name", &name_len);
     char shown[128];
@@ -34,6 +35,7 @@ static int gguf_types(const char *path, uint64_t file_bytes) {
         if (fname) printf(", file type %s", fname);
         else printf(", file type %u", v);
     }
+    if (g.n_shards) printf(", split in %u files", g.n_shards + 1);
     printf("\n");
     enum { TYPES = 64 };
     uint64_t count[TYPES] = {0}, values[TYPES] = {0}, bytes[TYPES] = {0}, all_values = 0, all_bytes = 0;
@@ -135,7 +137,7 @@ static int model_info(const char *path) {
     printf("params:   %.2f M\n", (double)nv_config_param_count(c) / 1e6);
     print_kv_sizes(c);
     nv_model_free(&m);
-    if (file_bytes && !gguf_types(path, file_bytes)) printf("file:     %.2f MB\n", (double)file_bytes / 1e6);
+    if (file_bytes && !gguf_types(path)) printf("file:     %.2f MB\n", (double)file_bytes / 1e6);
     return 0;
 }
 

@@ -221,30 +221,6 @@ static void usage(FILE *f) {
             "                       requests wait or run, training in the server's idle time)\n");
 }
 
-/* "512M", "2G", "64k", "1048576", "1.5G" (binary units; an optional trailing B or iB). */
-static int parse_size(const char *flag, const char *s, uint64_t *out) {
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || v < 0) goto bad;
-    double mul = 1;
-    switch (toupper((unsigned char)*end)) {
-    case 'K': mul = 1024.0, end++; break;
-    case 'M': mul = 1024.0 * 1024, end++; break;
-    case 'G': mul = 1024.0 * 1024 * 1024, end++; break;
-    case 'T': mul = 1024.0 * 1024 * 1024 * 1024, end++; break;
-    default: break;
-    }
-    if (mul > 1 && (end[0] == 'i' || end[0] == 'I')) end++;
-    if (end[0] == 'B' || end[0] == 'b') end++;
-    if (*end || v * mul > 1e18) goto bad;
-    *out = (uint64_t)(v * mul);
-    return 1;
-bad:
-    cli_error(CMD, 2, "%s expects a size like 512M or 2G, got '%s'", flag, s);
-    return 0;
-}
-
 /* A PEM file's text into *out (NUL-terminated) when it holds a block "-----BEGIN ...marker-----";
    else one line on stderr and 0. */
 static int read_pem(const char *flag, const char *path, const char *marker, char **out) {
@@ -272,6 +248,7 @@ static nv_olla_model_info olla_info(const char *path, const nv_model *m, char ar
     if (stat(path, &st) == 0 && S_ISREG(st.st_mode)) info.file_bytes = (long long)st.st_size;
     nv_gguf g;
     if (nv_gguf_open(path, &g) != NV_OK) return info;
+    info.file_bytes = (long long)nv_gguf_file_bytes(&g);
     size_t n = 0;
     const char *a = nv_gguf_string(&g, "general.architecture", &n);
     if (a) info.family = nv_gguf_shown(a, n, arch, 64);
@@ -483,11 +460,11 @@ int cli_serve_run(int argc, char **argv, const cli_serve_job *job) {
                 return cli_error(CMD, 2, "--swa-cache takes auto, full or window, not '%s'", v);
             swa_cache = !strcmp(v, "window") ? NV_SWA_WINDOW : !strcmp(v, "full") ? NV_SWA_FULL : NV_SWA_AUTO;
         }
-        else if (!strcmp(a, "--kv-memory") || !strcmp(a, "--kv-budget")) { if (!parse_size(a, v, &kv_bytes)) return 2; }
-        else if (!strcmp(a, "--max-body")) { if (!parse_size(a, v, &max_body)) return 2; }
-        else if (!strcmp(a, "--kv-ram-cache")) { if (!parse_size(a, v, &ram_cache)) return 2; }
-        else if (!strcmp(a, "--responses-store")) { if (!parse_size(a, v, &responses_store)) return 2; }
-        else if (!strcmp(a, "--kv-disk-cache")) { if (!parse_size(a, v, &disk_cache)) return 2; }
+        else if (!strcmp(a, "--kv-memory") || !strcmp(a, "--kv-budget")) { if (!cli_size(CMD, a, v, 1024, &kv_bytes)) return 2; }
+        else if (!strcmp(a, "--max-body")) { if (!cli_size(CMD, a, v, 1024, &max_body)) return 2; }
+        else if (!strcmp(a, "--kv-ram-cache")) { if (!cli_size(CMD, a, v, 1024, &ram_cache)) return 2; }
+        else if (!strcmp(a, "--responses-store")) { if (!cli_size(CMD, a, v, 1024, &responses_store)) return 2; }
+        else if (!strcmp(a, "--kv-disk-cache")) { if (!cli_size(CMD, a, v, 1024, &disk_cache)) return 2; }
         else if (!strcmp(a, "--kv-cache-dir")) {
             if (!*v) return cli_error(CMD, 2, "--kv-cache-dir needs a directory (use --kv-disk-cache 0 for no SSD tier)");
             cache_dir = v;
@@ -498,7 +475,7 @@ int cli_serve_run(int argc, char **argv, const cli_serve_job *job) {
             if (!*v) return cli_error(CMD, 2, "--files-dir needs a directory");
             files_dir = v;
         }
-        else if (!strcmp(a, "--files-max-bytes")) { if (!parse_size(a, v, &files_max)) return 2; }
+        else if (!strcmp(a, "--files-max-bytes")) { if (!cli_size(CMD, a, v, 1024, &files_max)) return 2; }
         else if (!strcmp(a, "--batch-parallel")) { if (!cli_int(CMD, a, v, 1, 256, &batch_parallel)) return 2; }
         else if (!strcmp(a, "--fine-tune-nice")) { if (!cli_int(CMD, a, v, 0, 19, &ft_nice)) return 2; }
         else return cli_error(CMD, 2, "unknown option '%s' (see nerve %s --help)", a, CMD);

@@ -201,10 +201,14 @@ void nv_gguf_close(nv_gguf *g) {
     free(g->kv);
     free(g->t);
     nv_file_unmap(&g->map);
+    for (uint32_t i = 0; i < g->n_shards; i++) nv_file_unmap(&g->shards[i]);
+    free(g->shards);
     memset(g, 0, sizeof *g);
 }
 
-nv_err nv_gguf_open(const char *path, nv_gguf *g) {
+/* One file: its header, metadata and tensor directory (the tensors' names not yet checked against
+ * each other: a split model's are checked across its files). */
+static nv_err open_one(const char *path, nv_gguf *g) {
     memset(g, 0, sizeof *g);
     NV_TRY(nv_file_map(path, &g->map));
     g->path = path;
@@ -263,13 +267,95 @@ nv_err nv_gguf_open(const char *path, nv_gguf *g) {
         }
         t->data = g->map.data + base + offsets[i];
     }
-    if ((e = check_disjoint(g)) != NV_OK) goto fail;
     free(offsets);
     return NV_OK;
 fail:
     free(offsets);
     nv_gguf_close(g);
     return e;
+}
+
+static nv_err get_int(const nv_gguf *g, const char *key, int64_t dflt, int64_t *out);
+
+/* llama.cpp's split files (llama-gguf-split's): PREFIX-00001-of-0000N.gguf holds the metadata and
+ * split.count N, each file split.no (from 0), the first also split.tensors.count; the prefix of
+ * path when it names split `no` (from 0) of n in that form, else -1. */
+static int split_prefix_len(const char *path, int64_t no, int64_t n) {
+    char tail[40];
+    const int tl = snprintf(tail, sizeof tail, "-%05d-of-%05d.gguf", (int)(no + 1), (int)n);
+    const size_t pl = strlen(path);
+    return pl > (size_t)tl && !strcmp(path + pl - (size_t)tl, tail) ? (int)(pl - (size_t)tl) : -1;
+}
+
+/* The other files of a split model opened, their tensors joined to g's (their metadata, llama.cpp's
+ * too, is the first file's alone). */
+static nv_err open_splits(nv_gguf *g) {
+    int64_t n = 0, no = 0, total = 0;
+    if (!nv_gguf_find(g, "split.count")) return NV_OK;
+    NV_TRY(get_int(g, "split.count", 0, &n));
+    NV_TRY(get_int(g, "split.no", 0, &no));
+    if (n < 1 || n > 65535 || no < 0 || no >= n)
+        return nv_fail(NV_EFORMAT, "%s: split.no %lld of split.count %lld", g->path, (long long)no, (long long)n);
+    if (n == 1) return NV_OK;
+    const int own = split_prefix_len(g->path, no, n);
+    if (no != 0)
+        return own >= 0 ? nv_fail(NV_EINVAL, "%s is split %lld of %lld: load the first, %.*s-00001-of-%05d.gguf", g->path, (long long)no + 1,
+                                  (long long)n, own, g->path, (int)n)
+                        : nv_fail(NV_EINVAL, "%s is split %lld of %lld of a model: load the first split", g->path, (long long)no + 1, (long long)n);
+    if (own < 0)
+        return nv_fail(NV_EFORMAT, "%s: the first of %lld split files, but not named PREFIX-00001-of-%05d.gguf, so the others cannot be found",
+                       g->path, (long long)n, (int)n);
+    NV_TRY(get_int(g, "split.tensors.count", -1, &total));
+    if (!(g->shards = calloc((size_t)n - 1, sizeof *g->shards))) return nv_fail(NV_ENOMEM, "out of memory");
+    const size_t cap = (size_t)own + 32;
+    char *name = malloc(cap);
+    if (!name) return nv_fail(NV_ENOMEM, "out of memory");
+    nv_err e = NV_OK;
+    for (int64_t i = 1; i < n && e == NV_OK; i++) {
+        snprintf(name, cap, "%.*s-%05d-of-%05d.gguf", own, g->path, (int)i + 1, (int)n);
+        nv_gguf s;
+        if ((e = open_one(name, &s)) != NV_OK) {
+            e = nv_fail(e, "%s: split %lld of %lld: %s", g->path, (long long)i + 1, (long long)n, nv_errmsg());
+            break;
+        }
+        int64_t sno = -1, sn = -1;
+        if ((e = get_int(&s, "split.no", -1, &sno)) != NV_OK || (e = get_int(&s, "split.count", -1, &sn)) != NV_OK)
+            e = nv_fail(NV_EFORMAT, "%s: %s", g->path, nv_errmsg());
+        else if (sno != i || sn != n)
+            e = nv_fail(NV_EFORMAT, "%s: says it is split %lld of %lld, where %s's split %lld of %lld belongs", name, (long long)sno + 1,
+                        (long long)sn, g->path, (long long)i + 1, (long long)n);
+        else if (g->n_tensors + s.n_tensors > MAX_TENSORS)
+            e = nv_fail(NV_EFORMAT, "%s: more than %u tensors", g->path, MAX_TENSORS);
+        nv_gguf_tensor *t = e == NV_OK ? realloc(g->t, (size_t)(g->n_tensors + s.n_tensors + 1) * sizeof *t) : NULL;
+        if (e == NV_OK && !t) e = nv_fail(NV_ENOMEM, "out of memory for the GGUF directory");
+        if (e == NV_OK) { /* its tensors point into its mapping, which g keeps */
+            g->t = t;
+            memcpy(g->t + g->n_tensors, s.t, (size_t)s.n_tensors * sizeof *t);
+            g->n_tensors += s.n_tensors;
+            g->shards[g->n_shards++] = s.map;
+            s.map = (nv_mapped){0};
+        }
+        nv_gguf_close(&s);
+    }
+    free(name);
+    if (e == NV_OK && (uint64_t)total != g->n_tensors)
+        e = nv_fail(NV_EFORMAT, "%s: split.tensors.count says %lld tensors, its %lld files hold %llu", g->path, (long long)total, (long long)n,
+                    (unsigned long long)g->n_tensors);
+    return e;
+}
+
+nv_err nv_gguf_open(const char *path, nv_gguf *g) {
+    NV_TRY(open_one(path, g));
+    nv_err e = open_splits(g);
+    if (e == NV_OK) e = check_disjoint(g);
+    if (e != NV_OK) nv_gguf_close(g);
+    return e;
+}
+
+uint64_t nv_gguf_file_bytes(const nv_gguf *g) {
+    uint64_t n = g->map.len;
+    for (uint32_t i = 0; i < g->n_shards; i++) n += g->shards[i].len;
+    return n;
 }
 
 static int name_is(const char *s, size_t n, const char *want) { return strlen(want) == n && memcmp(s, want, n) == 0; }
@@ -1358,9 +1444,16 @@ static nv_err load_model(const char *path, nv_model *m, int pending) {
                        (neox && (e = nv_model_qk_reorder(m, 0)) != NV_OK) || (e = take_cls_head(&g, m)) != NV_OK ||
                        (e = take_pooling(&g, m)) != NV_OK))
         nv_model_free(m);
-    if (e == NV_OK && m->quant) { /* the raw sources point into the mapping: the model keeps it */
-        m->source_map = g.map;
-        g.map = (nv_mapped){0};
+    if (e == NV_OK && m->quant) { /* the raw sources point into the mappings: the model keeps them */
+        if (!(m->source_maps = malloc((1 + (size_t)g.n_shards) * sizeof *m->source_maps))) {
+            nv_model_free(m);
+            e = nv_fail(NV_ENOMEM, "out of memory");
+        } else {
+            m->source_maps[m->n_source_maps++] = g.map;
+            for (uint32_t i = 0; i < g.n_shards; i++) m->source_maps[m->n_source_maps++] = g.shards[i];
+            g.map = (nv_mapped){0};
+            g.n_shards = 0;
+        }
     }
     nv_gguf_close(&g);
     return e;
@@ -2353,8 +2446,39 @@ static const nv_imatrix_entry *tensor_importance(const nv_imatrix *im, const nv_
     return en || !tp->first[0] ? en : nv_imatrix_find(im, tp->first);
 }
 
+/* The file of split no (from 0) of n: path itself when not split, else path without ".gguf" and
+ * "-0000K-of-0000N.gguf" after it (llama-gguf-split's names), into out (malloc'd). */
+static char *split_path(const char *path, const nv_gguf_split *split, int no, int n) {
+    size_t pl = strlen(path);
+    if (!split) return strdup(path);
+    if (pl >= 5 && !strcmp(path + pl - 5, ".gguf")) pl -= 5;
+    char *out = malloc(pl + 32);
+    if (out) snprintf(out, pl + 32, "%.*s-%05d-of-%05d.gguf", (int)pl, path, no + 1, n);
+    return out;
+}
+
+nv_err nv_gguf_split_name(const char *path, int no, int n, char *out, size_t cap) {
+    const nv_gguf_split one = {0};
+    char *p = split_path(path, &one, no, n);
+    if (!p) return nv_fail(NV_ENOMEM, "out of memory");
+    const int fits = strlen(p) < cap;
+    if (fits) memcpy(out, p, strlen(p) + 1);
+    free(p);
+    return fits ? NV_OK : nv_fail(NV_ERANGE, "%s: the split file's name is too long", path);
+}
+
+static void kv_u16(nv_buf *b, const char *key, uint16_t v) {
+    ob_key(b, key, GG_U16);
+    nv_buf_append(b, &v, 2);
+}
+
 nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name, const char *path, uint32_t type,
                     const char *chat_template, const struct nv_imatrix *imatrix) {
+    return nv_gguf_save_split(m, tok, name, path, type, chat_template, imatrix, NULL);
+}
+
+nv_err nv_gguf_save_split(const nv_model *m, const nv_tokenizer *tok, const char *name, const char *path, uint32_t type,
+                          const char *chat_template, const struct nv_imatrix *imatrix, nv_gguf_split *split) {
     const nv_config *c = &m->config;
     const int pure = (type & NV_GGUF_PURE) != 0;
     type &= ~NV_GGUF_PURE;
@@ -2531,17 +2655,16 @@ nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name
         kv_i32(&b, "quantize.imatrix.chunks_count", imatrix->chunks);
         n_kv += 3;
     }
-    if (!b.oom) memcpy(b.data + kv_at, &n_kv, 8);
     /* matrices in the type asked where their rows are whole blocks; vectors (norms) stay F32 */
     uint8_t **qdata = calloc(nt, sizeof *qdata);
     uint64_t *bytes = calloc(nt, sizeof *bytes);
+    uint32_t *types = calloc(nt, sizeof *types);
     float *imp = NULL; /* the entry's means, for the most an entry has */
     uint64_t imp_cap = 0;
-    int oom = !qdata || !bytes;
-    uint64_t off = 0;
+    int oom = !qdata || !bytes || !types;
     for (size_t i = 0; i < nt && !oom && e == NV_OK; i++) {
         const uint64_t n = t[i].d0 * nv_tensor_rows(&t[i]);
-        const uint32_t tt = tensor_type(c, &t[i], type, imatrix != NULL, pure);
+        const uint32_t tt = types[i] = tensor_type(c, &t[i], type, imatrix != NULL, pure);
         const int quant = tt != T_F32;
         bytes[i] = tensor_bytes(tt, n, t[i].d0);
         const nv_imatrix_entry *en = imatrix && takes_importance(tt) ? tensor_importance(imatrix, &t[i], &tp[i]) : NULL;
@@ -2584,35 +2707,85 @@ nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name
                     at += rows * row_bytes;
                 }
         }
-        ob_str(&b, t[i].name, strlen(t[i].name));
-        ob_u32(&b, t[i].d2 ? 3 : t[i].d1 == 1 ? 1 : 2);
-        ob_u64(&b, t[i].d0);
-        if (t[i].d1 != 1 || t[i].d2) ob_u64(&b, t[i].d1);
-        if (t[i].d2) ob_u64(&b, t[i].d2);
-        ob_u32(&b, tt);
-        ob_u64(&b, off);
-        off += (bytes[i] + 31) / 32 * 32;
     }
+    /* the files: one, or llama-gguf-split's, each starting a new one where the last would pass a limit */
+    size_t *first = calloc(nt + 2, sizeof *first); /* split k's tensors: [first[k], first[k + 1]) */
+    int n_files = 0;
+    if (!first) oom = 1;
+    for (size_t i = 0, count = 0, sum = 0; !oom && i <= nt; i++) {
+        const uint64_t padded = i < nt ? (bytes[i] + 31) / 32 * 32 : 0;
+        if (i == 0 || i == nt ||
+            (split && count && ((split->max_tensors && count >= split->max_tensors) || (split->max_bytes && sum + padded > split->max_bytes)))) {
+            first[n_files++] = i;
+            count = sum = 0;
+        }
+        count++, sum += padded;
+    }
+    n_files = nt ? n_files - 1 : 1; /* (the entry at nt closes the last) */
+    if (!oom && n_files > 65535) e = nv_fail(NV_EINVAL, "%s: %d split files: llama.cpp reads at most 65535", path, n_files);
+    if (split) split->n_files = n_files;
+    /* header (the first file's holding the metadata), the file's tensors' directory, then each tensor
+       and its padding; the files written together, atomically */
     static const uint8_t zeros[32];
-    nv_buf_append(&b, zeros, (32 - b.len % 32) % 32);
-    /* header, then each tensor and its padding: one atomic write */
-    nv_iov *parts = calloc(4 * nt + 1, sizeof *parts);
-    if (e == NV_OK && (b.oom || !parts || oom)) e = nv_fail(NV_ENOMEM, "out of memory");
-    if (e == NV_OK) {
-        int np = 0;
-        parts[np++] = (nv_iov){b.data, b.len};
-        for (size_t i = 0; i < nt; i++) {
+    nv_buf *head = calloc((size_t)n_files, sizeof *head);
+    nv_iov *parts = calloc(4 * nt + (size_t)n_files, sizeof *parts);
+    nv_file_out *files = calloc((size_t)n_files, sizeof *files);
+    char **names = calloc((size_t)n_files, sizeof *names);
+    if (e == NV_OK && (b.oom || oom || !head || !parts || !files || !names)) e = nv_fail(NV_ENOMEM, "out of memory");
+    int np = 0;
+    for (int k = 0; k < n_files && e == NV_OK; k++) {
+        const size_t lo = first[k], hi = nt ? first[k + 1] : 0;
+        nv_buf *h = k ? &head[k] : &b;
+        if (k) {
+            nv_buf_append(h, "GGUF", 4);
+            ob_u32(h, 3);
+            ob_u64(h, hi - lo);
+            ob_u64(h, 3);
+        } else
+            memcpy(b.data + 8, &(uint64_t){hi - lo}, 8);
+        if (split) {
+            kv_u16(h, "split.no", (uint16_t)k);
+            kv_u16(h, "split.count", (uint16_t)n_files);
+            kv_i32(h, "split.tensors.count", (int32_t)nt);
+            if (!k) n_kv += 3;
+        }
+        if (!k && !b.oom) memcpy(b.data + kv_at, &n_kv, 8);
+        for (size_t i = lo, off = 0; i < hi; off += (bytes[i] + 31) / 32 * 32, i++) {
+            ob_str(h, t[i].name, strlen(t[i].name));
+            ob_u32(h, t[i].d2 ? 3 : t[i].d1 == 1 ? 1 : 2);
+            ob_u64(h, t[i].d0);
+            if (t[i].d1 != 1 || t[i].d2) ob_u64(h, t[i].d1);
+            if (t[i].d2) ob_u64(h, t[i].d2);
+            ob_u32(h, types[i]);
+            ob_u64(h, off);
+        }
+        nv_buf_append(h, zeros, (32 - h->len % 32) % 32);
+        if (h->oom || !(names[k] = split_path(path, split, k, n_files))) {
+            e = nv_fail(NV_ENOMEM, "out of memory");
+            break;
+        }
+        files[k] = (nv_file_out){names[k], parts + np, 0};
+        parts[np++] = (nv_iov){h->data, h->len};
+        for (size_t i = lo; i < hi; i++) {
             if (qdata[i]) parts[np++] = (nv_iov){qdata[i], (size_t)bytes[i]};
             else /* F32: each part's floats as they are (one part but in phi3's fused tensors) */
                 for (int part = 0; part < tp[i].n; part++)
                     parts[np++] = (nv_iov){tp[i].p[part], (size_t)(tp[i].n > 1 ? tp[i].rows[part] * t[i].d0 * 4 : bytes[i])};
             if (bytes[i] % 32) parts[np++] = (nv_iov){zeros, 32 - bytes[i] % 32};
         }
-        e = nv_file_write_atomic(path, parts, np);
+        files[k].n = (int)(parts + np - files[k].parts);
     }
+    if (e == NV_OK) e = nv_file_write_atomic_set(files, n_files);
+    for (int k = 0; names && k < n_files; k++) free(names[k]);
+    for (int k = 1; head && k < n_files; k++) nv_buf_free(&head[k]);
+    free(names);
+    free(files);
+    free(head);
+    free(first);
     for (size_t i = 0; qdata && i < nt; i++) free(qdata[i]);
     free(qdata);
     free(bytes);
+    free(types);
     free(imp);
     free(parts);
     nv_buf_free(&b);

@@ -6,7 +6,10 @@
  *   name, shape (1 to 4 dimensions), type and data range (aligned to general.alignment,
  *   default 32, inside the file). Anything malformed or truncated is NV_EFORMAT with a one-line
  *   message; nothing is read past the end of the mapping. Version 1 stores counts, lengths and
- *   dimensions as 32-bit values, later versions as 64-bit ones.
+ *   dimensions as 32-bit values, later versions as 64-bit ones. A model split by llama-gguf-split
+ *   (or nerve export --split-max-size) is opened from its first file, PREFIX-00001-of-0000N.gguf:
+ *   the others are found by name and checked (split.no, split.count, split.tensors.count), their
+ *   tensors joined to the first's, whose metadata is the model's.
  * - nv_gguf_load_model (behind nv_model_load, which recognises the magic) takes architecture
  *   "llama": the config from llama.* metadata (head_count_kv defaults to head_count,
  *   rope.freq_base to 10000, layer_norm_rms_epsilon to 1e-5; rope.dimension_count, when present,
@@ -53,7 +56,9 @@ typedef struct {
 } nv_gguf_tensor;
 
 typedef struct {
-    nv_mapped map;
+    nv_mapped map;      /* the file (a split model's first: all its metadata) */
+    nv_mapped *shards;  /* a split model's other files, n_shards of them: tensors point into them too */
+    uint32_t n_shards;
     const char *path;
     uint32_t version;
     uint64_t n_kv, n_tensors;
@@ -65,6 +70,8 @@ typedef struct {
 int nv_gguf_is(const void *data, size_t len);
 nv_err nv_gguf_open(const char *path, nv_gguf *g);
 void nv_gguf_close(nv_gguf *g);
+/* The bytes of its files (all of a split model's). */
+uint64_t nv_gguf_file_bytes(const nv_gguf *g);
 const nv_gguf_kv *nv_gguf_find(const nv_gguf *g, const char *key);
 const nv_gguf_tensor *nv_gguf_tensor_find(const nv_gguf *g, const char *name);
 /* A string value: its bytes (not NUL-terminated) and length; NULL when absent or not a string. */
@@ -132,10 +139,24 @@ nv_err nv_model_keep_half(nv_model *m, int i, const void *h, size_t n, int bf16,
  * imatrix (or NULL): an importance per input column for the matrices quantized to Q4_0, Q5_0 (and
  * Q5_1), Q4_K, Q5_K and Q6_K, each block's scale fitted to it (imatrix.h); an entry of another
  * width is an error before anything is written, a missing one a warning.
- * A QK-norm model is NV_EUNSUPPORTED (the llama architecture has none). */
+ * A model with both QK-norm and projection biases is NV_EUNSUPPORTED (no GGUF architecture has both). */
 struct nv_imatrix;
 nv_err nv_gguf_save(const nv_model *m, const nv_tokenizer *tok, const char *name, const char *path, uint32_t type,
                     const char *chat_template, const struct nv_imatrix *imatrix);
+/* The same, with split (or NULL: one file, path): the model in llama-gguf-split's files, PREFIX-00001-of-0000N.gguf
+ * (path without ".gguf" the prefix), each holding whole tensors in order, a new one begun where the
+ * last would pass max_tensors tensors or max_bytes of tensor data (0: no such limit; a tensor larger
+ * than max_bytes gets a file to itself); the first holds the metadata. All are written or none
+ * (nv_file_write_atomic_set); n_files says how many. */
+typedef struct {
+    uint64_t max_bytes;
+    uint32_t max_tensors;
+    int n_files; /* out */
+} nv_gguf_split;
+nv_err nv_gguf_save_split(const nv_model *m, const nv_tokenizer *tok, const char *name, const char *path, uint32_t type,
+                          const char *chat_template, const struct nv_imatrix *imatrix, nv_gguf_split *split);
+/* The name of split no (from 0) of n that nv_gguf_save writes for path, into out. */
+nv_err nv_gguf_split_name(const char *path, int no, int n, char *out, size_t cap);
 /* Importance matrices in llama.cpp's imatrix GGUF (imatrix.h: nv_imatrix_save, nv_imatrix_load). */
 nv_err nv_gguf_save_imatrix(const struct nv_imatrix *im, const char *path);
 nv_err nv_gguf_load_imatrix(const char *path, struct nv_imatrix *im);

@@ -562,7 +562,10 @@ void nv_qmatrix_drop(nv_qmatrix *qm) {
 
 void nv_model_drop_quant_sources(nv_model *m) {
     for (int i = 0; m->quant && i < nv_model_plan_count(&m->config); i++) nv_qmatrix_drop(&m->quant[i]);
-    nv_file_unmap(&m->source_map); /* no raw source points into it any more */
+    for (int i = 0; i < m->n_source_maps; i++) nv_file_unmap(&m->source_maps[i]); /* no raw source points into them any more */
+    free(m->source_maps);
+    m->source_maps = NULL;
+    m->n_source_maps = 0;
 }
 
 void nv_model_free_plans(nv_model *m) {

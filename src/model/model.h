@@ -64,7 +64,7 @@ typedef struct {
     size_t count;      /* values (rows x columns, rows whole blocks) */
     int pending;  /* its fp32 weights in params are not made yet (nv_model_load_quantized) */
     /* A GGUF file's matrix is kept as its blocks, raw (raw_bytes of ggml type raw_type, in the file's
-       mapping: nv_model.source_map), and made into q, s, o or h only while a plan is built from it
+       mapping: nv_model.source_maps), and made into q, s, o or h only while a plan is built from it
        (nv_qmatrix_materialize, then nv_qmatrix_release), so a loaded model holds its plans and not
        also every matrix decomposed; raw_heads, raw_hd, raw_rot: query or key rows to put in this
        project's RoPE order on the way (0: none; raw_rot of each head's raw_hd rows rotated). */
@@ -133,7 +133,8 @@ typedef struct {
     uint64_t n_params;
     int params_owned;
     nv_mapped mapped;     /* the checkpoint mapping, when weights are used in place */
-    nv_mapped source_map; /* a GGUF file's mapping while its matrices' raw blocks are plan sources */
+    nv_mapped *source_maps; /* a GGUF file's mappings (a split model's: each file's) while its matrices' raw blocks are plan sources */
+    int n_source_maps;
     nv_engine_id engine;  /* engine the plans were asked for */
     nv_layer_plans *plans; /* [L], NULL until nv_model_build_plans */
     nv_plan *cls_plan;
