@@ -10,7 +10,7 @@ WARN    := -Wall -Wextra -Werror
 BASE    := -std=c11 -D_GNU_SOURCE -Isrc -ffp-contract=off -fno-math-errno -pthread -MMD -MP
 OPT     := -O2 -march=x86-64-v3 -g
 SAN     := -O2 -march=x86-64-v3 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
-LDLIBS  := -lm -lpthread -lmicrohttpd -lcjson -lpcre2-8 -lunistring -lnettle -lz
+LDLIBS  := -lm -lpthread -lmicrohttpd -lcjson -lpcre2-8 -lunistring -lnettle -lz -lcurl
 # OpenMPI, for `mpirun -np N nerve train` (src/train/dist.c); without its headers nerve builds for
 # one process and says so when a launcher starts it
 MPI_LIBS := $(shell pkg-config --libs ompi-c 2>/dev/null)

@@ -9,7 +9,8 @@ set -eu
 # python3-jinja2: make test renders the chat templates nerve exports in Jinja (scripts/chat_template_check.py)
 # nodejs: make test runs the chat page's script against a server (tests/webui_check.js)
 # nettle-dev: the Uploads API checks an uploaded file's MD5 with Nettle
-packages=(gcc make libc6-dev binutils pkg-config libmicrohttpd-dev libcjson-dev libpcre2-dev libopenmpi-dev openmpi-bin libunistring-dev nettle-dev zlib1g-dev python3-jinja2
+# libcurl4-openssl-dev: -hf and nerve pull fetch models from the Hugging Face Hub over HTTPS
+packages=(gcc make libc6-dev binutils pkg-config libmicrohttpd-dev libcjson-dev libpcre2-dev libopenmpi-dev openmpi-bin libunistring-dev nettle-dev zlib1g-dev libcurl4-openssl-dev python3-jinja2
           openssl curl nodejs)
 if [ "${1:-}" = "--bench" ]; then
     packages+=(libopenblas-dev libdnnl-dev python3-torch)

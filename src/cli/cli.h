@@ -41,6 +41,7 @@ int cmd_tokenizer(int argc, char **argv);
 int cmd_tune(int argc, char **argv);
 int cmd_perplexity(int argc, char **argv);
 int cmd_imatrix(int argc, char **argv);
+int cmd_pull(int argc, char **argv);
 
 /* A byte-fallback BPE tokenizer of `vocab` tokens trained on text files and folders (every text file
  * under a folder, as train --data reads it), their first max_chars bytes (cmd_tokenizer.c); `nerve

@@ -15,6 +15,7 @@
 #include "base/log.h"
 #include "base/timer.h"
 #include "cli/cli.h"
+#include "cli/hub.h"
 #include "engine/engine.h"
 #include "model/forward.h"
 #include "model/sampler.h"
@@ -33,6 +34,8 @@ static void usage(FILE *f) {
             "  a conversation with a chat model: each line on stdin is your message (end a line with '\\' to\n"
             "  go on to the next), the answer streams to stdout. /reset starts over, /exit (or end of input) ends.\n"
             "  Ctrl-C stops an answer; at the prompt it ends the conversation.\n"
+            "  -hf USER/NAME[:TAG]  a model on the Hugging Face Hub, downloaded once into the cache (nerve pull --help;\n"
+            "                 --hf-file FILE, --hf-token TOKEN)\n"
             "  -m MODEL            a model file, a nerve train run folder or a Hugging Face folder (as generate)\n"
             "  -z TOKENIZER        default: the model's own, as generate\n"
             "  --chat-template T   plain, chatml, llama2, llama3, deepseek, phi3, gemma, granite, mistral, phi4-mini or phi4\n"
@@ -129,6 +132,7 @@ int cmd_chat(int argc, char **argv) {
     float temperature = 0.7f, top_p = 0.95f, min_p = 0.05f;
     uint64_t seed = 0;
     cli_loras loras = {0};
+    cli_hub_ref hub = {0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -139,6 +143,9 @@ int cmd_chat(int argc, char **argv) {
         const int lf = cli_lora_flag(CMD, argc, argv, &i, &loras);
         if (lf < 0) return 2;
         if (lf) continue;
+        const int hf = cli_hub_flag(CMD, argc, argv, &i, &hub);
+        if (hf < 0) return 2;
+        if (hf) continue;
         if (!(v = cli_value(CMD, argc, argv, &i))) return 2;
         if (!strcmp(a, "-m")) model_path = v;
         else if (!strcmp(a, "-z")) tok_path = v;
@@ -158,7 +165,10 @@ int cmd_chat(int argc, char **argv) {
         else if (!strcmp(a, "--threads")) { if (!cli_int(CMD, a, v, 1, 1024, &threads)) return 2; }
         else return cli_error(CMD, 2, "unknown option '%s' (see nerve chat --help)", a);
     }
-    if (!model_path) return cli_error(CMD, 2, "-m MODEL is required (see nerve chat --help)");
+    char hub_path[4400];
+    const int hub_rc = cli_hub_fetch(CMD, &hub, &model_path, hub_path, sizeof hub_path);
+    if (hub_rc) return hub_rc;
+    if (!model_path) return cli_error(CMD, 2, "-m MODEL (or -hf USER/NAME) is required (see nerve chat --help)");
     if (system_text && system_file) return cli_error(CMD, 2, "--system and --system-file both give the system message: one or the other");
     nv_chat_template tmpl = NV_CHAT_PLAIN;
     nv_jinja *jinja = NULL; /* the template run as Jinja (cli_chat_template) */

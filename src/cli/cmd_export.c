@@ -11,6 +11,7 @@
 #include "base/log.h"
 #include "base/pool.h"
 #include "cli/cli.h"
+#include "cli/hub.h"
 #include "model/gguf.h"
 #include "model/hf.h"
 #include "model/imatrix.h"
@@ -103,6 +104,7 @@ static void report_written(const char *out, const nv_gguf_split *split, const ch
 static int export_cmd(int argc, char **argv, nv_imatrix *im) {
     const char *in = NULL, *out = NULL, *tok_path = NULL, *type_name = "f32", *format = NULL, *imatrix_path = NULL;
     int pure = 0, max_tensors = 0;
+    cli_hub_ref hub = {0};
     uint64_t max_bytes = 0;
     cli_loras loras = {0};
     template_flags tf = {0};
@@ -146,6 +148,9 @@ static int export_cmd(int argc, char **argv, nv_imatrix *im) {
                    "  --lora ADAPTER, --lora-scaled ADAPTER SCALE\n"
                    "            merge a LoRA adapter (GGUF, nerve's or llama.cpp's) into MODEL's weights first, scaled\n"
                    "            (default 1); up to 8. A LoRA run folder exports its merged model (model.bin/.gguf)\n"
+                   "  -hf USER/NAME[:TAG]  the model from the Hugging Face Hub instead (nerve pull --help): a transformers\n"
+                   "            repository's folder written as GGUF, quantized, is what llama.cpp's convert_hf_to_gguf.py\n"
+                   "            and llama-quantize do\n"
                    "  --split-max-size SIZE, --split-max-tensors N\n"
                    "            GGUF: the model in llama-gguf-split's files, OUT-00001-of-0000N.gguf, ... (OUT without .gguf),\n"
                    "            each at most SIZE of tensor data (e.g. 2G, 500M: units of 1000, as llama-gguf-split's) or N\n"
@@ -158,6 +163,9 @@ static int export_cmd(int argc, char **argv, nv_imatrix *im) {
             continue;
         }
         if (cli_switch(a, "--pure", &pure, 1)) continue;
+        const int hf = cli_hub_flag(CMD, argc, argv, &i, &hub);
+        if (hf < 0) return 2;
+        if (hf) continue;
         const int lf = cli_lora_flag(CMD, argc, argv, &i, &loras);
         if (lf < 0) return 2;
         if (lf) continue;
@@ -189,7 +197,10 @@ static int export_cmd(int argc, char **argv, nv_imatrix *im) {
     if (type == UINT32_MAX)
         return cli_error(CMD, 2, "--type expects f32, f16, bf16, q8_0, q6_k, q5_k_m, q5_k_s, q5_1, q5_0, q4_k_m, q4_k_s, q4_1, q4_0, iq4_xs, iq4_nl, "
                                  "q3_k_l, q3_k_m, q3_k_s or q2_k, not '%s'", type_name);
-    if (!in || !out) return cli_error(CMD, 2, "usage: nerve export CHECKPOINT|RUN_DIR|MODEL -o OUT [-z TOKENIZER]");
+    char hub_path[4400];
+    const int hub_rc = cli_hub_fetch(CMD, &hub, &in, hub_path, sizeof hub_path);
+    if (hub_rc) return hub_rc;
+    if (!in || !out) return cli_error(CMD, 2, "usage: nerve export CHECKPOINT|RUN_DIR|MODEL|-hf USER/NAME -o OUT [-z TOKENIZER]");
     if (tf.name && tf.file) return cli_error(CMD, 2, "--chat-template and --chat-template-file: one or the other");
     struct stat os;
     out_format fmt = ends_with(out, ".gguf")                                              ? OUT_GGUF

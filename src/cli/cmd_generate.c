@@ -11,6 +11,7 @@
 #include "base/timer.h"
 #include "base/log.h"
 #include "cli/cli.h"
+#include "cli/hub.h"
 #include "engine/engine.h"
 #include "model/forward.h"
 #include "model/sampler.h"
@@ -27,6 +28,8 @@ static void usage(FILE *f) {
             "                      [--top-k K] [--min-p P] [--repetition-penalty R] [--presence-penalty X] [--frequency-penalty X] [--repeat-last-n N] [--json | --json-schema SCHEMA]\n"
             "                      [--grammar GBNF | --grammar-file FILE] [--spec-tokens N] [--spec-lookup-min N] [--spec-lookup-max N] [--engine E] [--threads N] [--no-tune]\n"
             "                      [--model-draft MODEL [--draft-engine E] [--draft-p-min P]] [--lora ADAPTER] [--lora-scaled ADAPTER SCALE]\n"
+            "  -hf USER/NAME[:TAG]  a model on the Hugging Face Hub, downloaded once into the cache (nerve pull --help;\n"
+            "                 --hf-file FILE, --hf-token TOKEN)\n"
             "  -m MODEL      llama2.c checkpoint (v0 or v1), a GGUF file (llama; F32/F16/BF16/Q4-Q8/K-quants),\n"
             "                a `nerve train` run folder (its model.bin or model.gguf), or a Hugging Face folder\n"
             "                (config.json, safetensors; its tokenizer.json the default -z)\n"
@@ -183,6 +186,7 @@ int cmd_generate(int argc, char **argv) {
     const char *breakers[32];
     uint64_t seed = 0;
     cli_loras loras = {0};
+    cli_hub_ref hub = {0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -195,6 +199,9 @@ int cmd_generate(int argc, char **argv) {
         const int lf = cli_lora_flag(CMD, argc, argv, &i, &loras);
         if (lf < 0) return 2;
         if (lf) continue;
+        const int hf = cli_hub_flag(CMD, argc, argv, &i, &hub);
+        if (hf < 0) return 2;
+        if (hf) continue;
         if (!(v = cli_value(CMD, argc, argv, &i))) return 2;
         const int sf = cli_spec_flag(CMD, a, v, &spec);
         if (sf < 0) return 2;
@@ -243,7 +250,10 @@ int cmd_generate(int argc, char **argv) {
         else if (!strcmp(a, "--threads")) { if (!cli_int(CMD, a, v, 1, 1024, &threads)) return 2; }
         else return cli_error(CMD, 2, "unknown option '%s' (see nerve generate --help)", a);
     }
-    if (!model_path) return cli_error(CMD, 2, "-m MODEL is required (see nerve generate --help)");
+    char hub_path[4400];
+    const int hub_rc = cli_hub_fetch(CMD, &hub, &model_path, hub_path, sizeof hub_path);
+    if (hub_rc) return hub_rc;
+    if (!model_path) return cli_error(CMD, 2, "-m MODEL (or -hf USER/NAME) is required (see nerve generate --help)");
     if (!!json_object + !!schema_arg + !!gbnf_text + !!gbnf_file > 1)
         return cli_error(CMD, 2, "give one of --json, --json-schema, --grammar and --grammar-file");
     if (cli_spec_check(CMD, &spec)) return 2;

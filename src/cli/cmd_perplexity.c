@@ -16,6 +16,7 @@
 #include "base/timer.h"
 #include "model/choice.h"
 #include "cli/cli.h"
+#include "cli/hub.h"
 #include "model/forward.h"
 #include "model/imatrix.h"
 #include "model/sampler.h"
@@ -33,6 +34,8 @@ static void usage(FILE *f) {
             "                        [--engine E] [--threads N] [--lora ADAPTER] [--lora-scaled ADAPTER SCALE]\n"
             "                        [--kl-base MODEL [--kl-base-engine E]] [--json]\n"
             "       nerve perplexity -m MODEL [-z TOKENIZER] --multiple-choice FILE [--tasks N] [--engine E] [--json]\n"
+            "  -hf USER/NAME[:TAG]  a model on the Hugging Face Hub, downloaded once into the cache (nerve pull --help;\n"
+            "                 --hf-file FILE, --hf-token TOKEN)\n"
             "  -m MODEL      llama2.c checkpoint, GGUF file, `nerve train` run folder or Hugging Face folder\n"
             "  -z TOKENIZER  as generate's (the run folder's, the GGUF file's own, a Hugging Face folder's tokenizer.json,\n"
             "                else the shared tokenizer.bin)\n"
@@ -512,6 +515,7 @@ static int perplexity_main(int argc, char **argv, int imatrix_mode) {
     const char *template_file = NULL;
     float val_frac = 0;
     cli_loras loras = {0};
+    cli_hub_ref hub = {0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -526,6 +530,9 @@ static int perplexity_main(int argc, char **argv, int imatrix_mode) {
         const int lf = cli_lora_flag(cmd, argc, argv, &i, &loras);
         if (lf < 0) return 2;
         if (lf) continue;
+        const int hf = cli_hub_flag(cmd, argc, argv, &i, &hub);
+        if (hf < 0) return 2;
+        if (hf) continue;
         if (!(v = cli_value(cmd, argc, argv, &i))) return 2;
         if (!strcmp(a, "-m")) model_path = v;
         else if (!strcmp(a, "-z")) tok_path = v;
@@ -557,7 +564,10 @@ static int perplexity_main(int argc, char **argv, int imatrix_mode) {
                                      "--engine, --threads and --lora need the model");
         return imatrix_combine(cmd, in_files, n_in, imatrix_out);
     }
-    if (!model_path) return cli_error(cmd, 2, "-m MODEL is required (see nerve %s --help)", cmd);
+    char hub_path[4400];
+    const int hub_rc = cli_hub_fetch(cmd, &hub, &model_path, hub_path, sizeof hub_path);
+    if (hub_rc) return hub_rc;
+    if (!model_path) return cli_error(cmd, 2, "-m MODEL (or -hf USER/NAME) is required (see nerve %s --help)", cmd);
     if (imatrix_mode && (base_path || base_engine_name || choice_path || max_tasks || template_name))
         return cli_error(cmd, 2, "--kl-base, --multiple-choice, --tasks and --chat-template are nerve perplexity's");
     if (base_engine_name && !base_path) return cli_error(cmd, 2, "--kl-base-engine needs --kl-base MODEL");

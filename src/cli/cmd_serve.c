@@ -19,6 +19,7 @@
 #include "base/log.h"
 #include "base/timer.h"
 #include "cli/cli.h"
+#include "cli/hub.h"
 #include "engine/engine.h"
 #include "model/gguf.h"
 #include "model/hf.h"
@@ -66,6 +67,8 @@ static void usage(FILE *f) {
             "                   [--kv-cache-dtype f16|f32|q8] [--swa-cache auto|full|window] [--no-tune] [--lora ADAPTER] [--lora-scaled ADAPTER SCALE]\n"
             "                   [--lora-modules NAME=ADAPTER...] [--max-lora-rank R] [--allow-lora-updates]\n"
             "                   [--files-dir DIR [--files-max-bytes SIZE] [--batch-parallel N] [--fine-tune-nice N] [--no-fine-tune-yield]]\n"
+            "  -hf USER/NAME[:TAG]  a model on the Hugging Face Hub, downloaded once into the cache (nerve pull --help;\n"
+            "                 --hf-file FILE, --hf-token TOKEN)\n"
             "  -m MODEL             llama2.c checkpoint (v0 or v1), a GGUF file (llama; F32/F16/BF16/Q4-Q8/K-quants),\n"
             "                       a `nerve train` run folder (its model.bin or model.gguf), or a Hugging Face\n"
             "                       folder (config.json, safetensors; its tokenizer.json the default -z)\n"
@@ -352,6 +355,7 @@ int cli_serve_run(int argc, char **argv, const cli_serve_job *job) {
     nv_kv_dtype kv_dtype = NV_KV_F16, kv_side[2] = {0, 0}; /* llama.cpp's --cache-type-k and -v, which must agree */
     nv_swa_cache swa_cache = NV_SWA_AUTO;
     cli_loras loras = {0};
+    cli_hub_ref hub = {0};
     const char *modules[NV_MAX_ADAPTERS];
     int n_modules = 0;
     for (int i = 1; i < argc; i++) {
@@ -388,6 +392,9 @@ int cli_serve_run(int argc, char **argv, const cli_serve_job *job) {
         const int lf = cli_lora_flag(CMD, argc, argv, &i, &loras);
         if (lf < 0) return 2;
         if (lf) continue;
+        const int hf = cli_hub_flag(CMD, argc, argv, &i, &hub);
+        if (hf < 0) return 2;
+        if (hf) continue;
         if (!(v = cli_value(CMD, argc, argv, &i))) return 2;
         const int sf = cli_spec_flag(CMD, a, v, &spec);
         if (sf < 0) return 2;
@@ -480,7 +487,11 @@ int cli_serve_run(int argc, char **argv, const cli_serve_job *job) {
         else if (!strcmp(a, "--fine-tune-nice")) { if (!cli_int(CMD, a, v, 0, 19, &ft_nice)) return 2; }
         else return cli_error(CMD, 2, "unknown option '%s' (see nerve %s --help)", a, CMD);
     }
-    if (!model_path) return cli_error(CMD, 2, "-m MODEL is required (see nerve %s --help)", CMD);
+    char hub_path[4400];
+    const int hub_rc = cli_hub_fetch(CMD, &hub, &model_path, hub_path, sizeof hub_path);
+    if (hub_rc) return hub_rc;
+    if (hub.repo && !alias) alias = hub.repo; /* the model's id in the API: the repository's, as vLLM names it */
+    if (!model_path) return cli_error(CMD, 2, "-m MODEL (or -hf USER/NAME) is required (see nerve %s --help)", CMD);
     if (job) { /* this process's own requests: this machine only, any free port, the job's key alone */
         host = "127.0.0.1", port = 0, webui = 0, cors = 0;
         given_keys[0] = job->api_key, n_given_keys = 1, key_file = NULL;

@@ -26,6 +26,7 @@ static const struct {
     {"perplexity", cmd_perplexity, "score a text: perplexity, and the KL divergence from a reference model", 0},
     {"imatrix", cmd_imatrix, "an importance matrix of a model over a text, for export --imatrix's quantization", 1},
     {"tune", cmd_tune, "measure which engine and prefill chunk serve a model fastest here, and keep the choice", 1},
+    {"pull", cmd_pull, "download a model from the Hugging Face Hub into the cache (what -hf USER/NAME[:TAG] does)", 0},
     {"info", cmd_info, "what this machine offers: CPU, features, engines", 0},
 };
 
