@@ -386,6 +386,12 @@ static void test_atomic_writes(void) {
                 lstat(tmpname, &st) != 0,
             "mode %o, '%s', the link's target '%s'", (unsigned)(st.st_mode & 0777), text ? text : "", kept ? kept : "");
     free(text), free(kept);
+    /* a rename that fails (a folder where the file goes) leaves no temporary file */
+    char folder[700], folder_tmp[760];
+    snprintf(folder, sizeof folder, "%s/a_folder", t_tmpdir());
+    snprintf(folder_tmp, sizeof folder_tmp, "%s.tmp.%ld", folder, (long)getpid());
+    T_CHECK(mkdir(folder, 0700) == 0 && nv_file_write_atomic(folder, &(nv_iov){"x", 1}, 1) == NV_EIO && access(folder_tmp, F_OK) != 0,
+            "writing over a folder: %s, its temporary file %s", nv_errmsg(), access(folder_tmp, F_OK) ? "removed" : "left");
     /* nerve init of a large model, stopped while it writes (its temporary file seen) */
     char out[700], cmd[2048];
     snprintf(out, sizeof out, "%s/big.bin", t_tmpdir());

@@ -30,6 +30,7 @@ static int n_entries;
 static int cut_next;      /* the next file answer stops half way (a dropped connection) */
 static int corrupt_next;  /* the next file answer flips a byte */
 static int file_requests; /* file answers begun */
+static int ignore_range;  /* answer a Range request with the whole file (a server or proxy without ranges) */
 static long long last_range = -1;
 static const char *gated_repo; /* this repository's list wants "Authorization: Bearer secret" */
 
@@ -53,6 +54,8 @@ static void add(const char *repo, const char *name, const char *path) {
     sha256_hex(data ? data : "", n, e->sha256);
     free(data);
 }
+
+static int ends_with(const char *s, const char *tail) { return strlen(s) >= strlen(tail) && !strcmp(s + strlen(s) - strlen(tail), tail); }
 
 static enum MHD_Result answer_text(struct MHD_Connection *c, unsigned status, const char *text) {
     struct MHD_Response *r = MHD_create_response_from_buffer(strlen(text), (void *)text, MHD_RESPMEM_MUST_COPY);
@@ -94,7 +97,9 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         nv_buf_printf(&b, "{\"id\":\"%s\",\"siblings\":[", repo);
         for (int i = 0; i < n_entries; i++)
             if (!strcmp(entries[i].repo, repo)) {
-                if (blobs && !strcmp(blobs, "true"))
+                if (blobs && !strcmp(blobs, "true") && ends_with(entries[i].name, ".json")) /* a small file: git's, no LFS sum */
+                    nv_buf_printf(&b, "%s{\"rfilename\":\"%s\",\"size\":%lld}", any ? "," : "", entries[i].name, entries[i].size);
+                else if (blobs && !strcmp(blobs, "true"))
                     nv_buf_printf(&b, "%s{\"rfilename\":\"%s\",\"size\":%lld,\"lfs\":{\"sha256\":\"%s\",\"size\":%lld}}", any ? "," : "",
                                   entries[i].name, entries[i].size, entries[i].sha256, entries[i].size);
                 else
@@ -133,7 +138,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
             file_requests++;
             long long from = 0;
             const char *range = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Range");
-            if (range && sscanf(range, "bytes=%lld-", &from) == 1 && from > 0 && (size_t)from < b->n) last_range = from;
+            if (range && !ignore_range && sscanf(range, "bytes=%lld-", &from) == 1 && from > 0 && (size_t)from < b->n) last_range = from;
             else from = 0;
             if (corrupt_next) b->data[b->n / 2] ^= 1, corrupt_next = 0;
             memmove(b->data, b->data + from, b->n - (size_t)from);
@@ -261,6 +266,13 @@ static void test_hub(void) {
     T_CHECK(t_nerve("pull u/gguf:Q8_0") == 1 && access(dest, F_OK) != 0 && access(part, F_OK) == 0, "a dropped download: %s", t_err);
     T_CHECK(t_nerve("pull u/gguf:Q8_0") == 0 && last_range > 0 && same_file(dest, q8) && access(part, F_OK) != 0,
             "resumed from %lld: %s", last_range, t_err);
+    /* a server that ignores the Range request: the whole file again, from its start */
+    unlink(dest);
+    cut_next = 1;
+    T_CHECK(t_nerve("pull u/gguf:Q8_0") == 1 && access(part, F_OK) == 0, "a dropped download: %s", t_err);
+    ignore_range = 1;
+    T_CHECK(t_nerve("pull u/gguf:Q8_0") == 0 && same_file(dest, q8) && access(part, F_OK) != 0, "a Range ignored: %s", t_err);
+    ignore_range = 0;
     unlink(dest);
     corrupt_next = 1;
     T_CHECK(t_nerve("pull u/gguf:Q8_0") == 1 && strstr(t_err, "SHA-256") && access(dest, F_OK) != 0 && access(part, F_OK) != 0,
@@ -281,6 +293,14 @@ static void test_hub(void) {
     snprintf(extra, sizeof extra, "%s/onnx/model.onnx", got);
     T_CHECK(access(extra, F_OK) != 0, "onnx/model.onnx fetched");
     T_CHECK(t_nerve("generate -hf u/hf -t 0 -n 24") == 0 && !strcmp(t_out, golden), "generate -hf of a folder: '%s' (%s)", t_out, t_err);
+    /* a file without a SHA-256 (the Hub lists its small files so) is not resumed but fetched again whole */
+    char tok_json[4600];
+    snprintf(tok_json, sizeof tok_json, "%s/tokenizer.json", got);
+    unlink(tok_json);
+    cut_next = 1;
+    last_range = -1;
+    T_CHECK(t_nerve("pull u/hf") == 1 && t_nerve("pull u/hf") == 0 && last_range == -1 && same_file(tok_json, tokj),
+            "a file without a sum resumed (from %lld): %s", last_range, t_err);
     /* export takes -hf too: the folder written as GGUF runs as the folder does */
     snprintf(args, sizeof args, "export -hf u/hf -o %s/from_hub.gguf && %s generate -m %s/from_hub.gguf -t 0 -n 24", t_tmpdir(), t_nerve_bin(),
              t_tmpdir());

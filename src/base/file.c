@@ -221,9 +221,11 @@ nv_err nv_file_write_atomic_set(const nv_file_out *files, int n_files) {
     /* every file whole and synced before the first takes its name: a failure before here changes nothing */
     int renamed = 0;
     for (; e == NV_OK && renamed < n_files; renamed++)
-        if (rename(tmp[renamed], files[renamed].path) != 0)
+        if (rename(tmp[renamed], files[renamed].path) != 0) {
             e = renamed ? nv_fail(NV_EIO, "%s: %s (the %d files before it are replaced, it and the rest not)", files[renamed].path, strerror(errno), renamed)
                         : nv_fail(NV_EIO, "%s: %s", files[renamed].path, strerror(errno));
+            break; /* (its temporary file is removed with the rest's) */
+        }
     for (int i = renamed; i < made && i < n_files; i++) unlink(tmp[i]);
     pending_set(tmp, 0);
     for (int i = 0; i < renamed; i++) nv_file_sync_parent(files[i].path);

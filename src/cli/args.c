@@ -91,7 +91,7 @@ int cli_size(const char *cmd, const char *flag, const char *s, int unit, uint64_
     char *end;
     errno = 0;
     double v = strtod(s, &end);
-    if (errno || end == s || v < 0) goto bad;
+    if (errno || end == s || !(v >= 0) || !isfinite(v)) goto bad;
     double mul = 1;
     switch (toupper((unsigned char)*end)) {
     case 'K': mul = unit, end++; break;

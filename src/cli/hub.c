@@ -20,6 +20,7 @@
 #include "base/hash.h"
 #include "base/log.h"
 #include "cli/cli.h"
+#include "model/gguf.h"
 
 #define MAX_LIST_BYTES (64u << 20) /* a repository's file list (large ones list ~10,000 files in a few MB) */
 #define MAX_ERROR_BYTES 4096u
@@ -87,14 +88,6 @@ static int has_tag(const char *name, const char *tag) {
     return 0;
 }
 
-/* A split file's number and count (PREFIX-00001-of-00003.gguf), 0 when not split. */
-static int split_of(const char *name, int *count) {
-    const size_t n = strlen(name);
-    int no = 0;
-    if (n < 20 || sscanf(name + n - 20, "-%5d-of-%5d.gguf", &no, count) != 2 || name[n - 14] != '-') return 0;
-    return no;
-}
-
 /* ---- HTTP ------------------------------------------------------------------------------------- */
 
 typedef struct {
@@ -154,10 +147,12 @@ static nv_err http_get(const char *url, const char *token, xfer *x, long *code) 
     x->h = h;
     x->t0 = x->shown = now_s();
     struct curl_slist *hdr = NULL;
-    char auth[4200];
     if (token && *token) {
-        snprintf(auth, sizeof auth, "Authorization: Bearer %s", token);
-        hdr = curl_slist_append(hdr, auth);
+        nv_buf auth = {0};
+        nv_buf_printf(&auth, "Authorization: Bearer %s", token);
+        nv_buf_append(&auth, "", 1);
+        if (!auth.oom) hdr = curl_slist_append(hdr, (const char *)auth.data);
+        nv_buf_free(&auth);
     }
     hdr = curl_slist_append(hdr, "Accept: application/json, */*");
     curl_easy_setopt(h, CURLOPT_URL, url);
@@ -165,7 +160,8 @@ static nv_err http_get(const char *url, const char *token, xfer *x, long *code) 
     curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 1L);
     curl_easy_setopt(h, CURLOPT_MAXREDIRS, 10L);
     curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
-    curl_easy_setopt(h, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
+    /* an https endpoint's answers are not redirected to plain http */
+    curl_easy_setopt(h, CURLOPT_REDIR_PROTOCOLS_STR, strncmp(url, "https:", 6) ? "http,https" : "https");
     curl_easy_setopt(h, CURLOPT_USERAGENT, "nerve");
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT, 30L);
@@ -173,7 +169,10 @@ static nv_err http_get(const char *url, const char *token, xfer *x, long *code) 
     curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, 60L);
     curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_data);
     curl_easy_setopt(h, CURLOPT_WRITEDATA, x);
-    if (x->out && x->have > 0) curl_easy_setopt(h, CURLOPT_RESUME_FROM_LARGE, (curl_off_t)x->have);
+    char range[32];
+    snprintf(range, sizeof range, "%lld-", x->have);
+    /* (a Range header, not curl's resume: a server that ignores it answers 200 and the file starts over, on_data) */
+    if (x->out && x->have > 0) curl_easy_setopt(h, CURLOPT_RANGE, range);
     if (x->out) {
         curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
         curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, on_progress);
@@ -185,8 +184,7 @@ static nv_err http_get(const char *url, const char *token, xfer *x, long *code) 
     curl_slist_free_all(hdr);
     curl_easy_cleanup(h);
     if (x->tty && x->out) fprintf(stderr, "\r%*s\r", 79, "");
-    if (rc != CURLE_OK && !(rc == CURLE_HTTP_RETURNED_ERROR || (*code >= 300 && rc == CURLE_WRITE_ERROR)))
-        return nv_fail(NV_EIO, "%s: %s", url, curl_easy_strerror(rc));
+    if (rc != CURLE_OK) return nv_fail(NV_EIO, "%s: %s", url, curl_easy_strerror(rc));
     return NV_OK;
 }
 
@@ -282,7 +280,7 @@ static const hub_file *pick_gguf(const hub_list *l, const char *tag, int *any) {
             if (!is_gguf_model(f->name) || !file_ok(f->name)) continue;
             *any = 1;
             int count = 0;
-            const int no = split_of(f->name, &count);
+            const int no = nv_gguf_split_no(f->name, &count);
             if (no > 1 || (want && !has_tag(base_name(f->name), want))) continue;
             if (!best || strlen(f->name) < strlen(best->name)) best = f;
         }
@@ -353,12 +351,18 @@ static nv_err download(const char *endpoint, const char *repo, const char *token
     nv_buf_free(&u);
     FILE *out = fopen(part, "ab");
     if (!out) return nv_fail(NV_EIO, "%s: %s", part, strerror(errno));
-    if (flock(fileno(out), LOCK_EX | LOCK_NB) != 0) { /* (released when it is closed) */
+    /* held until the part has its name (released when it is closed): one process at a time */
+    if (flock(fileno(out), LOCK_EX | LOCK_NB) != 0) {
         fclose(out);
         return nv_fail(NV_EIO, "%s/%s: another process is downloading it into %s", repo, f->name, part);
     }
+    if (f->size >= 0 && file_size(dest) == f->size) { /* that process finished it meanwhile */
+        fclose(out);
+        return NV_OK;
+    }
     long long have = fseek(out, 0, SEEK_END) == 0 ? ftell(out) : -1;
-    if (have < 0 || (f->size >= 0 && have > f->size)) { /* not the file's start: begin again */
+    /* not the file's start, or a file without a SHA-256 to check a resumed whole by: begin again */
+    if (have < 0 || (f->size >= 0 && have > f->size) || (have > 0 && !f->sha256[0])) {
         if (ftruncate(fileno(out), 0) != 0) {
             fclose(out);
             return nv_fail(NV_EIO, "%s: %s", part, strerror(errno));
@@ -376,7 +380,6 @@ static nv_err download(const char *endpoint, const char *repo, const char *token
         e = http_get(url, token, &x, &code);
     }
     const int synced = fflush(out) == 0 && fsync(fileno(out)) == 0;
-    fclose(out);
     const long long got = file_size(part);
     if (e == NV_OK && code != 200 && code != 206) e = http_refused(url, code, &err);
     else if (e == NV_OK && !synced) e = nv_fail(NV_EIO, "%s: %s", part, strerror(errno));
@@ -391,6 +394,7 @@ static nv_err download(const char *endpoint, const char *repo, const char *token
         }
     }
     if (e == NV_OK && rename(part, dest) != 0) e = nv_fail(NV_EIO, "%s: %s", dest, strerror(errno));
+    fclose(out);
     if (e == NV_OK) {
         nv_file_sync_parent(dest);
         const double t = now_s() - t0;
@@ -426,8 +430,8 @@ static int choice_load(const char *dir, const char *key, char *path, size_t cap)
     for (char *line = strtok(text, "\n"); line && ok; line = strtok(NULL, "\n"), first = 0) {
         if (first) {
             ok = !strcmp(line, ".") || file_ok(line);
-            if (ok && !strcmp(line, ".")) snprintf(path, cap, "%s", dir);
-            else if (ok) snprintf(path, cap, "%s/%s", dir, line);
+            const int w = !ok ? 0 : !strcmp(line, ".") ? snprintf(path, cap, "%s", dir) : snprintf(path, cap, "%s/%s", dir, line);
+            ok = ok && w > 0 && (size_t)w < cap;
             continue;
         }
         char f[TMP_PATH];
@@ -449,20 +453,21 @@ static nv_err choose(const char *repo, const hub_list *l, const cli_hub_ref *ref
     const hub_file *g = NULL;
     int any = 0;
     if (ref->file) {
-        if (!(g = list_find(l, ref->file))) return nv_fail(NV_EINVAL, "%s has no file '%s'", repo, ref->file);
+        char shown[128];
+        if (!(g = list_find(l, ref->file)))
+            return nv_fail(NV_EINVAL, "%s has no file '%s'", repo, nv_gguf_shown(ref->file, strlen(ref->file), shown, sizeof shown));
         if (!is_gguf_model(g->name) || !file_ok(g->name)) return nv_fail(NV_EINVAL, "--hf-file %s: not a GGUF model file", ref->file);
     } else if (!(g = pick_gguf(l, tag, &any)) && (tag || any)) {
         return nv_fail(NV_EINVAL, "%s has no GGUF file %s%s", repo, tag ? "tagged " : "", tag ? tag : "");
     }
     if (g) {
         int count = 0;
-        const int no = split_of(g->name, &count);
+        const int no = nv_gguf_split_no(g->name, &count);
         *load = g->name;
         want->f[want->n++] = *g;
         for (int k = 2; no == 1 && k <= count; k++) { /* the rest of a split model */
             char name[1100];
-            const size_t n = strlen(g->name);
-            snprintf(name, sizeof name, "%.*s-%05d-of-%05d.gguf", (int)(n - 20), g->name, k, count);
+            nv_gguf_split_name(g->name, k - 1, count, name, sizeof name); /* (fits: the first's length, at most 1000) */
             const hub_file *s = list_find(l, name);
             if (!s) return nv_fail(NV_EFORMAT, "%s lists %s but not its split %s", repo, g->name, name);
             want->f[want->n++] = *s;
@@ -496,15 +501,19 @@ static nv_err index_shards(const char *repo, const char *dir, const hub_list *l,
     cJSON_ArrayForEach(it, map) {
         if (e != NV_OK) break;
         if (!cJSON_IsString(it)) {
-            e = nv_fail(NV_EFORMAT, "%s: model.safetensors.index.json maps '%s' to no file", repo, it->string ? it->string : "?");
+            char shown[128];
+            e = nv_fail(NV_EFORMAT, "%s: model.safetensors.index.json maps '%s' to no file", repo,
+                        nv_gguf_shown(it->string ? it->string : "?", it->string ? strlen(it->string) : 1, shown, sizeof shown));
             break;
         }
         int seen = 0;
         for (int i = 0; i < want->n && !seen; i++) seen = !strcmp(want->f[i].name, it->valuestring);
         if (seen) continue;
         const hub_file *f = list_find(l, it->valuestring);
+        char shown[128];
         if (!f || strchr(f->name, '/') || !file_ok(f->name))
-            e = nv_fail(NV_EFORMAT, "%s: the index names '%s', which the repository does not list", repo, it->valuestring);
+            e = nv_fail(NV_EFORMAT, "%s: the index names '%s', which the repository does not list", repo,
+                        nv_gguf_shown(it->valuestring, strlen(it->valuestring), shown, sizeof shown));
         else want->f[want->n++] = *f;
     }
     cJSON_Delete(root);

@@ -6,7 +6,7 @@
  * - The repository's file list ({endpoint}/api/models/USER/NAME?blobs=true; $HF_ENDPOINT, else
  *   https://huggingface.co) picks the files: with --hf-file that file; else the GGUF file whose
  *   name holds the tag (REPO:TAG, case-insensitive, bounded by other characters than letters, digits
- *   and '_'), Q4_K_M without one, else the first GGUF file (mmproj files never); every split file of
+ *   and '_'), Q4_K_M without one, else any GGUF file, the shortest name first (mmproj files never); every split file of
  *   a split model; a repository without GGUF files is a transformers folder: its .json and .jinja
  *   files and the weights model.safetensors.index.json names (else model.safetensors, else every
  *   .safetensors file at its top). Names that would leave the cache ("..", absolute, control

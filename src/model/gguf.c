@@ -1,5 +1,6 @@
 #include "model/gguf.h"
 
+#include <ctype.h>
 #include <immintrin.h>
 #include <math.h>
 #include <stdio.h>
@@ -278,13 +279,33 @@ fail:
 static nv_err get_int(const nv_gguf *g, const char *key, int64_t dflt, int64_t *out);
 
 /* llama.cpp's split files (llama-gguf-split's): PREFIX-00001-of-0000N.gguf holds the metadata and
- * split.count N, each file split.no (from 0), the first also split.tensors.count; the prefix of
- * path when it names split `no` (from 0) of n in that form, else -1. */
-static int split_prefix_len(const char *path, int64_t no, int64_t n) {
-    char tail[40];
-    const int tl = snprintf(tail, sizeof tail, "-%05d-of-%05d.gguf", (int)(no + 1), (int)n);
-    const size_t pl = strlen(path);
-    return pl > (size_t)tl && !strcmp(path + pl - (size_t)tl, tail) ? (int)(pl - (size_t)tl) : -1;
+ * split.count N, each file split.no (from 0), the first also split.tensors.count. */
+int nv_gguf_split_no(const char *path, int *count) {
+    const size_t n = strlen(path);
+    if (n < 20) return 0;
+    const char *t = path + n - 20; /* "-00001-of-00003.gguf" */
+    if (t[0] != '-' || memcmp(t + 6, "-of-", 4) || strcmp(t + 15, ".gguf")) return 0;
+    int no = 0, cnt = 0;
+    for (int i = 0; i < 5; i++) {
+        if (!isdigit((unsigned char)t[1 + i]) || !isdigit((unsigned char)t[10 + i])) return 0;
+        no = no * 10 + (t[1 + i] - '0'), cnt = cnt * 10 + (t[10 + i] - '0');
+    }
+    if (no < 1 || no > cnt) return 0;
+    *count = cnt;
+    return no;
+}
+
+/* path's length without its split suffix (PREFIX-0000K-of-0000N.gguf) or, not split, its ".gguf". */
+static size_t split_prefix(const char *path) {
+    const size_t n = strlen(path);
+    int cnt;
+    return nv_gguf_split_no(path, &cnt) ? n - 20 : n >= 5 && !strcmp(path + n - 5, ".gguf") ? n - 5 : n;
+}
+
+nv_err nv_gguf_split_name(const char *path, int no, int n, char *out, size_t cap) {
+    const size_t pl = split_prefix(path);
+    const int w = snprintf(out, cap, "%.*s-%05d-of-%05d.gguf", (int)pl, path, no + 1, n);
+    return w > 0 && (size_t)w < cap ? NV_OK : nv_fail(NV_ERANGE, "%s: the split file's name is too long", path);
 }
 
 /* The other files of a split model opened, their tensors joined to g's (their metadata, llama.cpp's
@@ -297,22 +318,23 @@ static nv_err open_splits(nv_gguf *g) {
     if (n < 1 || n > 65535 || no < 0 || no >= n)
         return nv_fail(NV_EFORMAT, "%s: split.no %lld of split.count %lld", g->path, (long long)no, (long long)n);
     if (n == 1) return NV_OK;
-    const int own = split_prefix_len(g->path, no, n);
-    if (no != 0)
-        return own >= 0 ? nv_fail(NV_EINVAL, "%s is split %lld of %lld: load the first, %.*s-00001-of-%05d.gguf", g->path, (long long)no + 1,
-                                  (long long)n, own, g->path, (int)n)
-                        : nv_fail(NV_EINVAL, "%s is split %lld of %lld of a model: load the first split", g->path, (long long)no + 1, (long long)n);
-    if (own < 0)
-        return nv_fail(NV_EFORMAT, "%s: the first of %lld split files, but not named PREFIX-00001-of-%05d.gguf, so the others cannot be found",
-                       g->path, (long long)n, (int)n);
-    NV_TRY(get_int(g, "split.tensors.count", -1, &total));
-    if (!(g->shards = calloc((size_t)n - 1, sizeof *g->shards))) return nv_fail(NV_ENOMEM, "out of memory");
-    const size_t cap = (size_t)own + 32;
+    int named_n = 0;
+    const int named = nv_gguf_split_no(g->path, &named_n) == no + 1 && named_n == n;
+    const size_t cap = strlen(g->path) + 32;
     char *name = malloc(cap);
     if (!name) return nv_fail(NV_ENOMEM, "out of memory");
     nv_err e = NV_OK;
+    if (no != 0 && named && nv_gguf_split_name(g->path, 0, (int)n, name, cap) == NV_OK)
+        e = nv_fail(NV_EINVAL, "%s is split %lld of %lld: load the first, %s", g->path, (long long)no + 1, (long long)n, name);
+    else if (no != 0)
+        e = nv_fail(NV_EINVAL, "%s is split %lld of %lld of a model: load the first split", g->path, (long long)no + 1, (long long)n);
+    else if (!named)
+        e = nv_fail(NV_EFORMAT, "%s: the first of %lld split files, but not named PREFIX-00001-of-%05d.gguf, so the others cannot be found",
+                    g->path, (long long)n, (int)n);
+    else if ((e = get_int(g, "split.tensors.count", -1, &total)) == NV_OK && !(g->shards = calloc((size_t)n - 1, sizeof *g->shards)))
+        e = nv_fail(NV_ENOMEM, "out of memory");
     for (int64_t i = 1; i < n && e == NV_OK; i++) {
-        snprintf(name, cap, "%.*s-%05d-of-%05d.gguf", own, g->path, (int)i + 1, (int)n);
+        nv_gguf_split_name(g->path, (int)i, (int)n, name, cap); /* (fits: the same length as the first's) */
         nv_gguf s;
         if ((e = open_one(name, &s)) != NV_OK) {
             e = nv_fail(e, "%s: split %lld of %lld: %s", g->path, (long long)i + 1, (long long)n, nv_errmsg());
@@ -2446,25 +2468,14 @@ static const nv_imatrix_entry *tensor_importance(const nv_imatrix *im, const nv_
     return en || !tp->first[0] ? en : nv_imatrix_find(im, tp->first);
 }
 
-/* The file of split no (from 0) of n: path itself when not split, else path without ".gguf" and
- * "-0000K-of-0000N.gguf" after it (llama-gguf-split's names), into out (malloc'd). */
+/* The file of split no (from 0) of n (malloc'd): path itself when not split, else llama-gguf-split's
+ * name of it (nv_gguf_split_name). */
 static char *split_path(const char *path, const nv_gguf_split *split, int no, int n) {
-    size_t pl = strlen(path);
     if (!split) return strdup(path);
-    if (pl >= 5 && !strcmp(path + pl - 5, ".gguf")) pl -= 5;
-    char *out = malloc(pl + 32);
-    if (out) snprintf(out, pl + 32, "%.*s-%05d-of-%05d.gguf", (int)pl, path, no + 1, n);
+    const size_t cap = strlen(path) + 32;
+    char *out = malloc(cap);
+    if (out && nv_gguf_split_name(path, no, n, out, cap) != NV_OK) free(out), out = NULL;
     return out;
-}
-
-nv_err nv_gguf_split_name(const char *path, int no, int n, char *out, size_t cap) {
-    const nv_gguf_split one = {0};
-    char *p = split_path(path, &one, no, n);
-    if (!p) return nv_fail(NV_ENOMEM, "out of memory");
-    const int fits = strlen(p) < cap;
-    if (fits) memcpy(out, p, strlen(p) + 1);
-    free(p);
-    return fits ? NV_OK : nv_fail(NV_ERANGE, "%s: the split file's name is too long", path);
 }
 
 static void kv_u16(nv_buf *b, const char *key, uint16_t v) {
@@ -2721,8 +2732,8 @@ nv_err nv_gguf_save_split(const nv_model *m, const nv_tokenizer *tok, const char
         }
         count++, sum += padded;
     }
-    n_files = nt ? n_files - 1 : 1; /* (the entry at nt closes the last) */
-    if (!oom && n_files > 65535) e = nv_fail(NV_EINVAL, "%s: %d split files: llama.cpp reads at most 65535", path, n_files);
+    n_files = oom ? 0 : nt ? n_files - 1 : 1; /* (the entry at nt closes the last) */
+    if (e == NV_OK && n_files > 65535) e = nv_fail(NV_EINVAL, "%s: %d split files: llama.cpp reads at most 65535", path, n_files);
     if (split) split->n_files = n_files;
     /* header (the first file's holding the metadata), the file's tensors' directory, then each tensor
        and its padding; the files written together, atomically */
