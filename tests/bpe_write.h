@@ -61,15 +61,18 @@ typedef struct {
     int bad_merge;    /* write a merge without a space */
     int fim;          /* 1: three more tokens after the others, Qwen2.5-Coder's fill-in-the-middle markers;
                          2: and its <|repo_name|> and <|file_sep|>; 3: instead Mistral's [THINK] and [/THINK];
-                         4: instead Mistral's tool-call markers [TOOL_CALLS], [ARGS] and [CALL_ID] */
+                         4: instead Mistral's tool-call markers [TOOL_CALLS], [ARGS] and [CALL_ID];
+                         5: instead gpt-oss's harmony markers <|start|>, <|channel|>, <|message|>, <|end|>,
+                         <|return|>, <|call|>, <|constrain|> */
     int add_eos;      /* 1: tokenizer.ggml.add_eos_token true (an embedding model's) */
 } vocab_opts;
 
 static const char *fim_specials[] = {"<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>", "<|repo_name|>", "<|file_sep|>"};
 static const char *think_specials[] = {"[THINK]", "[/THINK]"};
 static const char *call_specials[] = {"[TOOL_CALLS]", "[ARGS]", "[CALL_ID]"};
+static const char *harmony_specials[] = {"<|start|>", "<|channel|>", "<|message|>", "<|end|>", "<|return|>", "<|call|>", "<|constrain|>"};
 /* How many control tokens vocab_opts.fim puts after the others. */
-static int extra_specials(int fim) { return fim == 4 ? 3 : fim == 3 ? 2 : fim == 2 ? 5 : fim ? 3 : 0; }
+static int extra_specials(int fim) { return fim == 5 ? 7 : fim == 4 ? 3 : fim == 3 ? 2 : fim == 2 ? 5 : fim ? 3 : 0; }
 
 static void kv_key(nv_buf *w, const char *k, uint32_t type) {
     uint64_t n = strlen(k);
@@ -94,6 +97,7 @@ static void token_text(int id, int fim, char *out) {
     else if (id == ID_THERE) spell(" there", out); /* a whole word no merge makes: only ignore_merges finds it */
     else if (fim == 3) strcpy(out, think_specials[id - N_TOKENS]);
     else if (fim == 4) strcpy(out, call_specials[id - N_TOKENS]);
+    else if (fim == 5) strcpy(out, harmony_specials[id - N_TOKENS]);
     else strcpy(out, fim_specials[id - N_TOKENS]);
 }
 

@@ -2,6 +2,7 @@
 #ifndef NV_TEST_FORWARD_REF_H
 #define NV_TEST_FORWARD_REF_H
 
+#include <math.h>
 #include <string.h>
 
 #include "model/forward.h"
@@ -18,6 +19,34 @@ static inline int t_forward_logits(const nv_model *m, const int *toks, int n, fl
     }
     nv_state_free(&s);
     return ok;
+}
+
+/* References in doubles, straight from the definitions: RMSNorm of x (n values) by weights w into o,
+ * and y[rows] = W[rows][cols] . x (+ b, when given). */
+static inline void t_ref_rmsnorm(double *o, const double *x, const float *w, int n, double eps) {
+    double ss = 0;
+    for (int i = 0; i < n; i++) ss += x[i] * x[i];
+    const double r = 1.0 / sqrt(ss / n + eps);
+    for (int i = 0; i < n; i++) o[i] = x[i] * r * w[i];
+}
+
+static inline void t_ref_affine(double *y, const float *W, const float *b, const double *x, int rows, int cols) {
+    for (int r = 0; r < rows; r++) {
+        double s = b ? b[r] : 0;
+        for (int k = 0; k < cols; k++) s += (double)W[(size_t)r * cols + k] * x[k];
+        y[r] = s;
+    }
+}
+
+/* The largest difference between two sets of count logits, over the largest of b's (a NaN is the worst). */
+static inline double t_logit_gap(const float *a, const float *b, size_t count) {
+    double worst = 0, scale = 1e-30;
+    for (size_t i = 0; i < count; i++) {
+        const double dlt = fabs((double)a[i] - b[i]);
+        worst = dlt > worst || dlt != dlt ? dlt : worst;
+        scale = fmax(scale, fabs((double)b[i]));
+    }
+    return worst / scale;
 }
 
 #endif

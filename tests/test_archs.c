@@ -95,22 +95,6 @@ static int gemma_model(nv_model *m, const nv_config *c, uint64_t seed) {
     return 1;
 }
 
-static void ref_rmsnorm(double *o, const double *x, const float *w, int n, double eps) {
-    double ss = 0;
-    for (int i = 0; i < n; i++) ss += x[i] * x[i];
-    const double r = 1.0 / sqrt(ss / n + eps);
-    for (int i = 0; i < n; i++) o[i] = x[i] * r * w[i];
-}
-
-/* y[rows] = W[rows][cols] . x */
-static void ref_matvec(double *y, const float *W, const double *x, int rows, int cols) {
-    for (int r = 0; r < rows; r++) {
-        double s = 0;
-        for (int k = 0; k < cols; k++) s += (double)W[(size_t)r * cols + k] * x[k];
-        y[r] = s;
-    }
-}
-
 /* The model's logits after each of toks[0..n), straight from the definition, in doubles. */
 static void reference_logits(const nv_model *m, const int *toks, int n, float *out) {
     const nv_config *c = &m->config;
@@ -127,10 +111,10 @@ static void reference_logits(const nv_model *m, const int *toks, int n, float *o
         const int windowed = c->swa_window && l % c->swa_period != c->swa_period - 1, own_base = windowed && c->rope_theta_swa != 0.0f;
         for (int t = 0; t < n; t++) {
             if (c->no_pre_norms) memcpy(xn, x + (size_t)t * d, (size_t)d * sizeof(double)); /* OLMo 2: no norm before */
-            else ref_rmsnorm(xn, x + (size_t)t * d, w->rms_att + (size_t)l * d, d, c->norm_eps);
-            ref_matvec(q + (size_t)t * qd, w->wq + (size_t)l * qd * d, xn, qd, d);
-            ref_matvec(k + (size_t)t * kvd, w->wk + (size_t)l * kvd * d, xn, kvd, d);
-            ref_matvec(v + (size_t)t * kvd, w->wv + (size_t)l * kvd * d, xn, kvd, d);
+            else t_ref_rmsnorm(xn, x + (size_t)t * d, w->rms_att + (size_t)l * d, d, c->norm_eps);
+            t_ref_affine(q + (size_t)t * qd, w->wq + (size_t)l * qd * d, NULL, xn, qd, d);
+            t_ref_affine(k + (size_t)t * kvd, w->wk + (size_t)l * kvd * d, NULL, xn, kvd, d);
+            t_ref_affine(v + (size_t)t * kvd, w->wv + (size_t)l * kvd * d, NULL, xn, kvd, d);
             for (int i = 0; c->qkv_bias && i < qd; i++) q[(size_t)t * qd + i] += w->bq[(size_t)l * qd + i];
             for (int i = 0; c->qkv_bias && i < kvd; i++)
                 k[(size_t)t * kvd + i] += w->bk[(size_t)l * kvd + i], v[(size_t)t * kvd + i] += w->bv[(size_t)l * kvd + i];
@@ -138,12 +122,12 @@ static void reference_logits(const nv_model *m, const int *toks, int n, float *o
             const int rot = c->rope_dim ? c->rope_dim : hd;
             const double ms = c->rope_attn != 0.0f ? c->rope_attn : 1.0;
             if (c->qk_norm == NV_QK_NORM_WHOLE) { /* OLMo 2: over the whole projections */
-                ref_rmsnorm(q + (size_t)t * qd, q + (size_t)t * qd, w->q_norm + (size_t)l * qd, qd, c->norm_eps);
-                ref_rmsnorm(k + (size_t)t * kvd, k + (size_t)t * kvd, w->k_norm + (size_t)l * kvd, kvd, c->norm_eps);
+                t_ref_rmsnorm(q + (size_t)t * qd, q + (size_t)t * qd, w->q_norm + (size_t)l * qd, qd, c->norm_eps);
+                t_ref_rmsnorm(k + (size_t)t * kvd, k + (size_t)t * kvd, w->k_norm + (size_t)l * kvd, kvd, c->norm_eps);
             }
             for (int hh = 0; hh < H + KV; hh++) { /* QK-norm per head, then RoPE on pairs (2i, 2i+1) */
                 double *vec = hh < H ? q + (size_t)t * qd + (size_t)hh * hd : k + (size_t)t * kvd + (size_t)(hh - H) * hd;
-                if (c->qk_norm == 1) ref_rmsnorm(vec, vec, (hh < H ? w->q_norm : w->k_norm) + (size_t)l * hd, hd, c->norm_eps);
+                if (c->qk_norm == 1) t_ref_rmsnorm(vec, vec, (hh < H ? w->q_norm : w->k_norm) + (size_t)l * hd, hd, c->norm_eps);
                 for (int i = 0; i < rot && (!c->nope_period || (l + 1) % c->nope_period); i += 2) {
                     const double theta = own_base ? c->rope_theta_swa : c->rope_theta;
                     const double div = own_base ? 1.0 : c->rope_factors[i / 2];
@@ -176,22 +160,22 @@ static void reference_logits(const nv_model *m, const int *toks, int n, float *o
                 }
             }
             double *xt = x + (size_t)t * d;
-            ref_matvec(y, w->wo + (size_t)l * d * qd, att, d, qd);
-            if (c->post_norms) ref_rmsnorm(y, y, w->post_att + (size_t)l * d, d, c->norm_eps);
+            t_ref_affine(y, w->wo + (size_t)l * d * qd, NULL, att, d, qd);
+            if (c->post_norms) t_ref_rmsnorm(y, y, w->post_att + (size_t)l * d, d, c->norm_eps);
             for (int i = 0; i < d; i++) xt[i] += rs * y[i];
             if (c->no_pre_norms) memcpy(xn, xt, (size_t)d * sizeof(double));
-            else ref_rmsnorm(xn, xt, w->rms_ffn + (size_t)l * d, d, c->norm_eps);
-            ref_matvec(g, w->w1 + (size_t)l * h * d, xn, h, d);
-            ref_matvec(u, w->w3 + (size_t)l * h * d, xn, h, d);
+            else t_ref_rmsnorm(xn, xt, w->rms_ffn + (size_t)l * d, d, c->norm_eps);
+            t_ref_affine(g, w->w1 + (size_t)l * h * d, NULL, xn, h, d);
+            t_ref_affine(u, w->w3 + (size_t)l * h * d, NULL, xn, h, d);
             for (int i = 0; i < h; i++) /* GELU, tanh form; else SiLU */
                 g[i] = (c->ffn_gelu ? 0.5 * g[i] * (1 + tanh(sqrt(2 / M_PI) * (g[i] + 0.044715 * g[i] * g[i] * g[i]))) : g[i] / (1 + exp(-g[i]))) * u[i];
-            ref_matvec(y, w->w2 + (size_t)l * d * h, g, d, h);
-            if (c->post_norms) ref_rmsnorm(y, y, w->post_ffn + (size_t)l * d, d, c->norm_eps);
+            t_ref_affine(y, w->w2 + (size_t)l * d * h, NULL, g, d, h);
+            if (c->post_norms) t_ref_rmsnorm(y, y, w->post_ffn + (size_t)l * d, d, c->norm_eps);
             for (int i = 0; i < d; i++) xt[i] += rs * y[i];
         }
     }
     for (int t = 0; t < n; t++) {
-        ref_rmsnorm(xn, x + (size_t)t * d, w->rms_final, d, c->norm_eps);
+        t_ref_rmsnorm(xn, x + (size_t)t * d, w->rms_final, d, c->norm_eps);
         for (int r = 0; r < c->vocab_size; r++) {
             double s = 0;
             for (int i = 0; i < d; i++) s += (double)w->wcls[(size_t)r * d + i] * xn[i];
@@ -200,17 +184,6 @@ static void reference_logits(const nv_model *m, const int *toks, int n, float *o
         }
     }
     free(x), free(xn), free(q), free(k), free(v), free(att), free(y), free(g), free(u), free(sc);
-}
-
-/* The largest difference between two sets of n rows of logits, over the largest logit. */
-static double logit_gap(const float *a, const float *b, size_t count) {
-    double worst = 0, scale = 1e-30;
-    for (size_t i = 0; i < count; i++) {
-        const double dlt = fabs((double)a[i] - b[i]);
-        worst = dlt > worst || dlt != dlt ? dlt : worst;
-        scale = fmax(scale, fabs((double)b[i]));
-    }
-    return worst / scale;
 }
 
 static void tokens(int *toks, int n, int vocab) {
@@ -233,7 +206,7 @@ static void forward_matches_reference(int gen) {
     T_CHECK(nv_state_init(&s, &c, T, c.seq_len, 1) == NV_OK && nv_forward(&m, &s, toks, T, 0) == NV_OK, "%s", nv_errmsg());
     memcpy(all, s.logits, T * V * sizeof(float));
     nv_state_free(&s);
-    double gap1 = logit_gap(one, ref, T * V), gap2 = logit_gap(all, ref, T * V);
+    double gap1 = t_logit_gap(one, ref, T * V), gap2 = t_logit_gap(all, ref, T * V);
     T_CHECK(gap1 < 1e-5 && gap2 < 1e-5, "kind %d: token by token %.3g, the prompt at once %.3g of the largest logit from the reference", gen,
             gap1, gap2);
     if (!c.swa_window) {
@@ -311,7 +284,7 @@ static void gguf_round_trip(int gen) {
     T_CHECK(t_forward_logits(&m, toks, T, a) && t_forward_logits(&r, toks, T, b), "%s", nv_errmsg());
     T_CHECK(!memcmp(a, b, T * V * sizeof(float)), "kind %d: the file's logits differ from the model's", gen);
     reference_logits(&m, toks, T, ref);
-    T_CHECK(logit_gap(a, ref, T * V) < 1e-5, "kind %d (the loader's pattern): %.3g from the reference", gen, logit_gap(a, ref, T * V));
+    T_CHECK(t_logit_gap(a, ref, T * V) < 1e-5, "kind %d (the loader's pattern): %.3g from the reference", gen, t_logit_gap(a, ref, T * V));
     if (gen == 11) { /* OLMo 3's flags per layer (as llama.cpp's converter writes them): another period read, an irregular list refused */
         char *bytes = NULL;
         size_t len = 0;
@@ -376,7 +349,7 @@ static void gguf_round_trip(int gen) {
                 "info: %s%s", t_out, t_err);
     }
     T_CHECK(nv_model_load_quantized(q8, &rq) == NV_OK && nv_model_build_plans(&rq, nv_engine_best()) == NV_OK, "%s", nv_errmsg());
-    T_CHECK(t_forward_logits(&rq, toks, T, b) && logit_gap(b, a, T * V) < 0.05, "kind %d Q8_0: %.3g from fp32", gen, logit_gap(b, a, T * V));
+    T_CHECK(t_forward_logits(&rq, toks, T, b) && t_logit_gap(b, a, T * V) < 0.05, "kind %d Q8_0: %.3g from fp32", gen, t_logit_gap(b, a, T * V));
     free(a), free(b), free(ref);
     nv_model_free(&r);
     nv_model_free(&rq);
@@ -409,7 +382,7 @@ static void granitemoe_round_trip(void) {
     nv_tmodel tm;
     T_CHECK(nv_tmodel_init(&tm, &c, m.params, 0, 1, T, NV_ENGINE_SCALAR) == NV_OK, "%s", nv_errmsg());
     nv_tmodel_forward(&tm, toks, NULL);
-    const double gap = logit_gap(tm.a.logits, a, T * V);
+    const double gap = t_logit_gap(tm.a.logits, a, T * V);
     T_CHECK(gap < 1e-5, "granitemoe: training's logits are %.3g from inference's", gap);
     nv_tmodel_free(&tm);
     free(a), free(b);
@@ -645,7 +618,7 @@ static void folder_is_model(const char *path, const nv_model *m, int kind) {
     tokens(toks, T, c->vocab_size);
     float *a = malloc(T * V * sizeof(float)), *b = malloc(T * V * sizeof(float));
     T_CHECK(t_forward_logits(m, toks, T, a) && t_forward_logits(&r, toks, T, b), "%s", nv_errmsg());
-    T_CHECK(logit_gap(b, a, T * V) < 1e-5, "kind %d: the folder's logits are %.3g from the model's", kind, logit_gap(b, a, T * V));
+    T_CHECK(t_logit_gap(b, a, T * V) < 1e-5, "kind %d: the folder's logits are %.3g from the model's", kind, t_logit_gap(b, a, T * V));
     free(a), free(b);
     nv_model_free(&r);
 }

@@ -362,7 +362,7 @@ static void test_multiple_choice(void) {
 static void test_perplexity_errors(void) {
     char args[3000], model[600], tokp[600];
     if (!shared_model(model, tokp)) return;
-    expect_error("perplexity", 2, "-m MODEL is required");
+    expect_error("perplexity", 2, "-m MODEL (or -hf USER/NAME) is required");
     snprintf(args, sizeof args, "perplexity -m %s --bogus 1", model);
     expect_error(args, 2, "unknown option");
     snprintf(args, sizeof args, "perplexity -m %s --kl-base-engine scalar", model);

@@ -33,7 +33,8 @@ static void split_everywhere(nv_think start, const char *text, const char *want_
         nv_buf why = {0}, said = {0};
         nv_think_feed(&t, text, cut, 0, &why, &said);
         nv_think_feed(&t, text + cut, n - cut, 1, &why, &said);
-        T_CHECK(why.data && !strcmp(why.data, want_why) && said.data && !strcmp(said.data, want_said), "'%s' cut at %zu: '%s' '%s'", text, cut,
+        /* (nothing at all: a buffer never written) */
+        T_CHECK(!strcmp(why.data ? why.data : "", want_why) && !strcmp(said.data ? said.data : "", want_said), "'%s' cut at %zu: '%s' '%s'", text, cut,
                 why.data ? why.data : "", said.data ? said.data : "");
         nv_think_free(&t);
         nv_buf_free(&why);
@@ -348,6 +349,32 @@ static const char *const MISTRAL_THINK_TEMPLATE =
     "{% if m.reasoning_content is defined %}(reasoning_content){% endif %}\n{% endif %}{% endfor %}"
     "{%- if add_generation_prompt %}[THINK]{% endif %}";
 
+/* gpt-oss's harmony messages: the analysis channel the reasoning, the final channel (and a commentary
+ * without a recipient) the content, a message to functions.NAME a Hermes tool-call block in the content,
+ * whatever the pieces; an answer off the format all content; the state IN while the analysis is read */
+static void test_think_harmony(void) {
+    const nv_think h = {.tags = NV_THINK_HARMONY};
+    split_everywhere(h, "<|channel|>analysis<|message|>The user greets.<|end|><|start|>assistant<|channel|>final<|message|>Hello!", "The user greets.",
+                     "Hello!");
+    split_everywhere(h, "<|channel|>final<|message|>Just this.", "", "Just this.");
+    split_everywhere(h, "<|channel|>analysis<|message|>Need weather.<|end|><|start|>assistant<|channel|>commentary to=functions.get_weather "
+                        "<|constrain|>json<|message|>{\"city\": \"Paris\"}",
+                     "Need weather.", "<tool_call>{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Paris\"}}</tool_call>");
+    split_everywhere(h, "<|start|>assistant to=functions.f<|channel|>commentary json<|message|>not json", "",
+                     "<tool_call>{\"name\":\"f\",\"arguments\":\"not json\"}</tool_call>");
+    split_everywhere(h, "<|channel|>commentary<|message|>Let me look.<|end|><|start|>assistant<|channel|>final<|message|>Done.", "",
+                     "Let me look.Done.");
+    split_everywhere(h, "Plain text <|end|> all of it", "", "Plain text <|end|> all of it");
+    nv_think t = h;
+    nv_think_feed(&t, "<|channel|>analysis<|message|>hm", 32, 0, NULL, NULL);
+    T_CHECK(t.state == NV_THINK_IN, "inside the analysis: %d", t.state);
+    nv_think_feed(&t, "<|end|><|start|>assistant<|channel|>final<|message|>x", 54, 0, NULL, NULL);
+    T_CHECK(t.state == NV_THINK_PAST, "past it: %d", t.state);
+    nv_think_free(&t);
+    T_CHECK(nv_think_tags_of_template("{{ '<|start|>' + role + '<|channel|>analysis<|message|>' }}", NULL) == NV_THINK_HARMONY,
+            "a harmony template's tags");
+}
+
 static void test_think_mistral(void) {
     const char *m = t_data("models/stories260K.bin"), *z = t_data("models/tok512.bin");
     if (!m || !z) return;
@@ -400,5 +427,6 @@ int main(void) {
     T_RUN(test_think_unit);
     T_RUN(test_think_serve);
     T_RUN(test_think_mistral);
+    T_RUN(test_think_harmony);
     return t_done();
 }

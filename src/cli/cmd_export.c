@@ -111,7 +111,7 @@ static int export_cmd(int argc, char **argv, nv_imatrix *im) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            printf("usage: nerve export CHECKPOINT|RUN_DIR|MODEL -o OUT [-z TOKENIZER] [--type f32|f16|bf16|q8_0|q6_k|q5_k_m|q5_k_s|q5_1|q5_0|q4_k_m|q4_k_s|q4_1|q4_0|iq4_xs|iq4_nl|q3_k_l|q3_k_m|q3_k_s|q2_k]\n"
+            printf("usage: nerve export CHECKPOINT|RUN_DIR|MODEL -o OUT [-z TOKENIZER] [--type f32|f16|bf16|q8_0|q6_k|q5_k_m|q5_k_s|q5_1|q5_0|q4_k_m|q4_k_s|q4_1|q4_0|iq4_xs|iq4_nl|q3_k_l|q3_k_m|q3_k_s|q2_k|mxfp4_moe]\n"
                    "                   [--format llama2c|gguf|hf] [--imatrix FILE] [--pure] [--lora ADAPTER] [--lora-scaled ADAPTER SCALE]\n"
                    "                   [--split-max-size SIZE] [--split-max-tensors N]\n"
                    "  writes the weights of a training checkpoint (a run folder: its ckpt.bin) or of a model\n"
@@ -134,7 +134,8 @@ static int export_cmd(int argc, char **argv, nv_imatrix *im) {
                    "            q5_k_s (Q5_K alone) and q4_k_s (Q4_K, Q5_K for the first layers' attn_v and ffn_down), a\n"
                    "            little smaller than the _m mixes, and\n"
                    "            q3_k_s, q3_k_l (Q3_K alone, or Q5_K for attn_v, attn_output and ffn_down); rows that are\n"
-                   "            not whole blocks fall back as llama.cpp's do; each gives the classifier Q6_K (q8_0 aside)\n"
+                   "            not whole blocks fall back as llama.cpp's do; each gives the classifier Q6_K (q8_0 aside);\n"
+                   "            mxfp4_moe: a mixture's experts in MXFP4 (gpt-oss's form), the other matrices Q8_0\n"
                    "  --pure    every matrix in the type's own form: no Q6_K classifier, none of a mix's raised layers\n"
                    "            (llama-quantize's --pure)\n"
                    "  --chat-template T  the chat template the output carries (GGUF: tokenizer.chat_template; Hugging Face:\n"
@@ -190,13 +191,14 @@ static int export_cmd(int argc, char **argv, nv_imatrix *im) {
     } types[] = {{"f32", NV_GGUF_F32},  {"f16", NV_GGUF_F16},  {"bf16", NV_GGUF_BF16},  {"q8_0", NV_GGUF_Q8_0},   {"q6_k", NV_GGUF_Q6_K},
                  {"q5_0", NV_GGUF_Q5_0}, {"q5_k_m", NV_GGUF_Q5_K}, {"q5_k", NV_GGUF_Q5_K}, {"q4_k_m", NV_GGUF_Q4_K}, {"q4_k", NV_GGUF_Q4_K}, {"q4_0", NV_GGUF_Q4_0},
                  {"iq4_xs", NV_GGUF_IQ4_XS}, {"iq4_nl", NV_GGUF_IQ4_NL}, {"q3_k_m", NV_GGUF_Q3_K}, {"q3_k", NV_GGUF_Q3_K}, {"q2_k", NV_GGUF_Q2_K},
-                 {"q4_1", NV_GGUF_Q4_1}, {"q5_1", NV_GGUF_Q5_1}, {"q5_k_s", NV_GGUF_Q5_K_S}, {"q4_k_s", NV_GGUF_Q4_K_S}, {"q3_k_s", NV_GGUF_Q3_K_S}, {"q3_k_l", NV_GGUF_Q3_K_L}};
+                 {"q4_1", NV_GGUF_Q4_1}, {"q5_1", NV_GGUF_Q5_1}, {"q5_k_s", NV_GGUF_Q5_K_S}, {"q4_k_s", NV_GGUF_Q4_K_S}, {"q3_k_s", NV_GGUF_Q3_K_S}, {"q3_k_l", NV_GGUF_Q3_K_L},
+                 {"mxfp4_moe", NV_GGUF_MXFP4_MOE}};
     uint32_t type = UINT32_MAX;
     for (size_t k = 0; k < sizeof types / sizeof types[0]; k++)
         if (!strcasecmp(type_name, types[k].name)) type = types[k].type;
     if (type == UINT32_MAX)
         return cli_error(CMD, 2, "--type expects f32, f16, bf16, q8_0, q6_k, q5_k_m, q5_k_s, q5_1, q5_0, q4_k_m, q4_k_s, q4_1, q4_0, iq4_xs, iq4_nl, "
-                                 "q3_k_l, q3_k_m, q3_k_s or q2_k, not '%s'", type_name);
+                                 "q3_k_l, q3_k_m, q3_k_s, q2_k or mxfp4_moe, not '%s'", type_name);
     char hub_path[4400];
     const int hub_rc = cli_hub_fetch(CMD, &hub, &in, hub_path, sizeof hub_path);
     if (hub_rc) return hub_rc;

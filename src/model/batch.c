@@ -363,6 +363,7 @@ static inline __attribute__((always_inline)) void attention_units(const layer_jo
     int kv_mul = c->n_heads / c->n_kv_heads, units = j->n_groups * c->n_heads;
     float scale = nv_config_attn_div(c);
     const int window = nv_config_layer_window(c, j->l);
+    const float *sinks = j->m->w.sinks ? j->m->w.sinks + (size_t)j->l * c->n_heads : NULL; /* gpt-oss's */
     float *att0 = s->att + (size_t)task * GROUP * s->seq_len;
     /* a task takes consecutive heads of a sequence: their keys and values lie side by side */
     for (int unit = (int)((long)units * task / n_tasks); unit < (int)((long)units * (task + 1) / n_tasks); unit++) {
@@ -444,7 +445,7 @@ static inline __attribute__((always_inline)) void attention_units(const layer_jo
         if (DT == KV_Q8) q8_scale_rows(att0, (size_t)s->seq_len, G, ub, p0, kv, blocks, l, 0, h / kv_mul);
         if (c->attn_softcap != 0.0f) nv_attn_softcap(att0, (size_t)s->seq_len, ub, p0, G, c->attn_softcap);
         if (window) nv_window_mask(att0, (size_t)s->seq_len, ub, p0, G, window); /* after q8's scales: -inf x 0 would be NaN */
-        nv_softmax_causal(att0 + ub, (size_t)s->seq_len, p0 + 1 - ub, G);
+        nv_softmax_causal_sink(att0 + ub, (size_t)s->seq_len, p0 + 1 - ub, G, sinks ? sinks[h] : -INFINITY);
         if (DT == KV_Q8) q8_scale_rows(att0, (size_t)s->seq_len, G, ub, p0, kv, blocks, l, 1, h / kv_mul);
         int i0 = 0;
         if (G == 1) /* a decode row: 64 dimensions at a time, eight independent sums in registers */

@@ -96,6 +96,9 @@ nv_err nv_config_validate(const nv_config *c) {
     if (c->nope_period < 0 || c->nope_period > MAX_LAYERS)
         return nv_fail(NV_EFORMAT, "model config: a RoPE-less layer every %d is out of range", c->nope_period);
     if (c->arch_mistral3 != 0 && c->arch_mistral3 != 1) return nv_fail(NV_EFORMAT, "model config: arch_mistral3 must be 0 or 1");
+    if (c->gpt_oss != 0 && (c->gpt_oss != 1 || !c->n_experts || !c->qkv_bias || c->shared_classifier || c->post_norms || c->qk_norm))
+        return nv_fail(NV_EFORMAT, "model config: gpt-oss's block goes with a mixture of experts, projection biases and its own classifier, "
+                                   "without post-norms or QK-norm");
     if (!(c->attn_temp_scale >= 0.0f && c->attn_temp_scale <= 10.0f) || (c->attn_temp_scale != 0.0f && (c->attn_temp_len < 1 || c->attn_temp_len > (1 << 30))))
         return nv_fail(NV_EFORMAT, "model config: the attention temperature %g over %d positions is out of range", (double)c->attn_temp_scale,
                        c->attn_temp_len);
@@ -114,7 +117,7 @@ float nv_config_attn_div(const nv_config *c) { return c->attn_div != 0.0f ? c->a
 
 const char *nv_config_gemma_block(const nv_config *c) {
     const int scales = !nv_config_granite(c) && (c->emb_scale != 0.0f || c->attn_div != 0.0f); /* Granite's own otherwise */
-    if (c->swa_window || c->ffn_gelu || c->post_norms || scales || c->logit_softcap != 0.0f || c->attn_softcap != 0.0f)
+    if ((c->swa_window && !c->gpt_oss) || c->ffn_gelu || c->post_norms || scales || c->logit_softcap != 0.0f || c->attn_softcap != 0.0f)
         return "Gemma's block (GELU gating, scaled embeddings; Gemma 2 and 3's sliding attention window, post-norms, soft caps)";
     return NULL;
 }
@@ -215,6 +218,7 @@ uint64_t nv_config_param_count(const nv_config *c) {
     if (c->qk_norm) per_layer += (uint64_t)nv_config_q_norm_len(c) + (uint64_t)nv_config_k_norm_len(c);
     if (c->qkv_bias) per_layer += q + 2 * kv;
     if (c->post_norms) per_layer += 2 * d;
+    if (c->gpt_oss) per_layer += (uint64_t)c->n_heads + d + (uint64_t)c->n_experts * (1 + 2 * h + d); /* sinks, biases */
     uint64_t total = (uint64_t)c->vocab_size * d + L * per_layer + d;
     if (!c->shared_classifier) total += (uint64_t)c->vocab_size * d;
     return total;
@@ -233,7 +237,7 @@ static const preset presets[] = {
     {"qwen3-0.6B", {1024, 3072, 28, 16, 8, 128, 151936, 4096, 1000000.0f, 1e-6f, 1, 1, 0, {0}, 0, NV_CONFIG_PLAIN}},
     /* Gemma 3 270M's shape (its embedding scale, sqrt(dim), set below) */
     {"gemma3-270m", {640, 2048, 18, 4, 1, 256, 262144, 32768, 1000000.0f, 1e-6f, 1, 1, 0, {0}, 0, {0, 0, 0, 0, 0, 0}, {0, 0, 0, 0}, 0, 0, 0,
-                     512, 6, 10000.0f, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, {0}, 0, 0, 0, 0}},
+                     512, 6, 10000.0f, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, {0}, 0, 0, 0, 0, 0}},
 };
 
 nv_err nv_config_preset(const char *name, nv_config *c) {

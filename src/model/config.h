@@ -35,7 +35,7 @@ typedef struct {
 } nv_rope_llama3;
 /* nv_config's fields after qkv_bias left empty (no RoPE scaling, no experts), for positional
  * nv_config initializers */
-#define NV_CONFIG_PLAIN {0, 0, 0, 0, 0, 0}, {0, 0, 0, 0}, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, {0}, 0, 0, 0, 0
+#define NV_CONFIG_PLAIN {0, 0, 0, 0, 0, 0}, {0, 0, 0, 0}, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, {0}, 0, 0, 0, 0, 0
 
 typedef struct {
     int dim;          /* residual stream width */
@@ -111,6 +111,12 @@ typedef struct {
     /* 1: the model came as GGUF architecture mistral3 (Ministral 3, and Mistral Small 3.x and Magistral
      * as llama.cpp now converts them), which it is written back as, with or without the temperature */
     int arch_mistral3;
+    /* OpenAI's gpt-oss block (GGUF architecture gpt-oss), with qkv_bias and a mixture of experts: a
+     * learned sink logit per attention head (in each softmax's max and sum, weighing no value), a bias
+     * on the output projection, the router's and every expert's biases (gate, up, down), the router's
+     * softmax over the chosen experts' logits alone, and SwiGLU-OAI: min(g, 7) sigmoid(1.702 min(g, 7))
+     * (clamp(u, -7, 7) + 1). 0: none of it */
+    int gpt_oss;
 } nv_config;
 
 #define NV_QK_NORM_WHOLE 2

@@ -116,8 +116,9 @@ void nv_rmsnorm(float *o, const float *x, const float *weight, int size, float e
 
 /* x[i] = expf(x[i] - max) for i < size, llama2.c's values: the maximum (exact in any order: 8 lanes,
  * NaN ignored as the scalar comparison ignores it), expf 8 lanes at a time with its bits where
- * nv_expf_libm_matches(), libm's otherwise. */
-static void softmax_exps(float *x, int size) {
+ * nv_expf_libm_matches(), libm's otherwise. A sink (gpt-oss's; -INFINITY: none) takes part in the
+ * maximum; returns expf(sink - max), its share of the sum (0 without one). */
+static float softmax_exps(float *x, int size, float sink) {
     float max_val = x[0];
     int i = 1;
     if (size >= 9) {
@@ -130,12 +131,14 @@ static void softmax_exps(float *x, int size) {
     }
     for (; i < size; i++)
         if (x[i] > max_val) max_val = x[i];
+    if (sink > max_val) max_val = sink;
     i = 0;
     if (size >= 8 && nv_expf_libm_matches()) {
         const __m256 vmax = _mm256_set1_ps(max_val);
         for (; i + 8 <= size; i += 8) _mm256_storeu_ps(x + i, nv_expf256_exact(_mm256_sub_ps(_mm256_loadu_ps(x + i), vmax)));
     }
     for (; i < size; i++) x[i] = expf(x[i] - max_val);
+    return sink == -INFINITY ? 0.0f : expf(sink - max_val);
 }
 
 /* x[i] /= sum (8 lanes: the same correctly rounded division). */
@@ -147,17 +150,23 @@ static void softmax_divide(float *x, int size, float sum) {
 }
 
 /* llama2.c's softmax, value for value: the exps, their sum left to right, then each divided by it. */
-void nv_softmax(float *x, int size) {
-    softmax_exps(x, size);
+void nv_softmax(float *x, int size) { nv_softmax_sink(x, size, -INFINITY); }
+
+void nv_softmax_sink(float *x, int size, float sink) {
+    const float es = softmax_exps(x, size, sink);
     float sum = 0.0f;
     for (int i = 0; i < size; i++) sum += x[i];
+    if (sink != -INFINITY) sum += es; /* (as ggml adds it: after the row's own) */
     softmax_divide(x, size, sum);
 }
 
-void nv_softmax_causal(float *x, size_t ld, int size0, int rows) {
+void nv_softmax_causal(float *x, size_t ld, int size0, int rows) { nv_softmax_causal_sink(x, ld, size0, rows, -INFINITY); }
+
+void nv_softmax_causal_sink(float *x, size_t ld, int size0, int rows, float sink) {
     for (int g0 = 0; g0 < rows; g0 += 8) {
         const int R = rows - g0 < 8 ? rows - g0 : 8, last = size0 + g0 + R - 1;
-        for (int r = 0; r < R; r++) softmax_exps(x + (size_t)(g0 + r) * ld, size0 + g0 + r);
+        float es[8];
+        for (int r = 0; r < R; r++) es[r] = softmax_exps(x + (size_t)(g0 + r) * ld, size0 + g0 + r, sink);
         /* eight rows' sums side by side, lane r row g0 + r: each still left to right (8 x 8 blocks
          * transposed in registers; a row's lanes past its end add +0, which changes no sum) */
         __m256 acc = _mm256_setzero_ps();
@@ -173,7 +182,7 @@ void nv_softmax_causal(float *x, size_t ld, int size0, int rows) {
         }
         float sums[8];
         _mm256_storeu_ps(sums, acc);
-        for (int r = 0; r < R; r++) softmax_divide(x + (size_t)(g0 + r) * ld, size0 + g0 + r, sums[r]);
+        for (int r = 0; r < R; r++) softmax_divide(x + (size_t)(g0 + r) * ld, size0 + g0 + r, sink != -INFINITY ? sums[r] + es[r] : sums[r]);
     }
 }
 
@@ -275,6 +284,7 @@ typedef struct {
     int window; /* the layer's sliding window, or 0 */
     int slots;  /* positions a kv head's run holds */
     int ring;   /* the layer's ring (its positions at slot p % ring and again ring later), or 0 */
+    const float *sinks; /* the layer's sink logit per head (gpt-oss), or NULL */
 } attn_job;
 
 /* The first position whose slot is 0 in the run that holds positions lo.. (0 without a ring): a
@@ -363,7 +373,7 @@ static void attend_row(const attn_job *j, int h, int t, float *att) {
         att[u] = score / scale;
     }
     if (c->attn_softcap != 0.0f) nv_attn_softcap(att, 0, lo, p, 1, c->attn_softcap);
-    nv_softmax(att + lo, p + 1 - lo);
+    nv_softmax_sink(att + lo, p + 1 - lo, j->sinks ? j->sinks[h] : -INFINITY);
     rows_values(att, s->cache_len, 1, lo, p, vh, base, hd, s->r.xb + (size_t)t * q_dim + (size_t)h * hd, q_dim);
 }
 
@@ -405,7 +415,7 @@ static void attend_rows(const attn_job *j, int h, int t0, int G, float *att) {
     }
     if (c->attn_softcap != 0.0f) nv_attn_softcap(att, ald, lo, p0, G, c->attn_softcap);
     if (j->window) nv_window_mask(att, ald, lo, p0, G, j->window);
-    nv_softmax_causal(att + lo, ald, p0 + 1 - lo, G);
+    nv_softmax_causal_sink(att + lo, ald, p0 + 1 - lo, G, j->sinks ? j->sinks[h] : -INFINITY);
     rows_values(att, ald, G, lo, p0, vh, base, hd, s->r.xb + (size_t)t0 * q_dim + (size_t)h * hd, q_dim);
 }
 
@@ -429,8 +439,10 @@ static void attention_head(void *ctx, int h, int n_heads) {
 static int layer_ring(const nv_state *s, int l) { return s->layer_slots[l] == s->cache_len ? 0 : s->ring; }
 
 /* Causal attention of n query rows (positions pos..pos+n-1) over layer l's cache. */
-static void attention(const nv_config *c, nv_state *s, int l, const float *kc, const float *vc, int n, int pos) {
-    attn_job j = {c, s, kc, vc, n, pos, nv_config_layer_window(c, l), s->layer_slots[l], layer_ring(s, l)};
+static void attention(const nv_model *m, nv_state *s, int l, const float *kc, const float *vc, int n, int pos) {
+    const nv_config *c = &m->config;
+    attn_job j = {c, s, kc, vc, n, pos, nv_config_layer_window(c, l), s->layer_slots[l], layer_ring(s, l),
+                  m->w.sinks ? m->w.sinks + (size_t)l * c->n_heads : NULL};
     /* a few microseconds of work (a small model's decode over a short context) is not worth waking
        the pool for; the heads' sums are the same either way */
     const double work = (double)c->n_heads * c->head_dim * n * (pos + n);
@@ -473,6 +485,7 @@ typedef struct {
     int rows;         /* rows of the product (a pass of its own over them) */
     int gelu;
     float scale;      /* residual: Granite's multiplier (nv_config_residual_scale; 1: x += y, the same bits) */
+    const float *bh, *by; /* gpt-oss's expert: h's and y's biases (one row), and SwiGLU-OAI; NULL: neither */
 } tail_ep;
 
 static void residual_ep(void *vc, int r0, int r1, int c0, int c1) {
@@ -513,10 +526,23 @@ static void branch_residual(tail_ep *e, float *y, const float *w, float eps) {
     nv_pool_run(residual_rows_task, e, e->rows < 2 * nv_pool_threads() ? e->rows : 2 * nv_pool_threads());
 }
 
+void nv_swiglu_oai(float *g, const float *u, const float *bg, const float *bu, int n) {
+    for (int i = 0; i < n; i++) {
+        float x = g[i] + bg[i], y = u[i] + bu[i];
+        x = x < 7.0f ? x : 7.0f; /* (a NaN stays one) */
+        y = y > 7.0f ? 7.0f : y < -7.0f ? -7.0f : y;
+        g[i] = x / (1.0f + expf(1.702f * -x)) * (y + 1.0f);
+    }
+}
+
 static void swiglu_ep(void *vc, int r0, int r1, int c0, int c1) {
     const tail_ep *e = vc;
-    for (int r = r0; r < r1; r++)
-        (e->gelu ? nv_gelu_mul : nv_silu_mul)(e->h + (size_t)r * e->stride + c0, e->y + (size_t)r * e->stride + c0, c1 - c0);
+    for (int r = r0; r < r1; r++) {
+        float *h = e->h + (size_t)r * e->stride + c0;
+        const float *y = e->y + (size_t)r * e->stride + c0;
+        if (e->bh) nv_swiglu_oai(h, y, e->bh + c0, e->by + c0, c1 - c0);
+        else (e->gelu ? nv_gelu_mul : nv_silu_mul)(h, y, c1 - c0);
+    }
 }
 
 static void swiglu_rows_task(void *ctx, int task, int n_tasks) {
@@ -524,10 +550,9 @@ static void swiglu_rows_task(void *ctx, int task, int n_tasks) {
     for (int r = task; r < e->rows; r += n_tasks) swiglu_ep(ctx, r, r + 1, 0, e->stride);
 }
 
-void nv_moe_route(float *p, int E, int K, int *sel, float *w) {
-    float sum = 0.0f;
-    nv_softmax(p, E);
-    for (int j = 0; j < K; j++) { /* the K largest, by selection: K is small */
+/* The K largest of p[0, E) into sel (ties to the lower index), and their values into w. */
+static void moe_top(const float *p, int E, int K, int *sel, float *w) {
+    for (int j = 0; j < K; j++) { /* by selection: K is small */
         int best = -1;
         for (int e = 0; e < E; e++) {
             int taken = 0;
@@ -535,9 +560,21 @@ void nv_moe_route(float *p, int E, int K, int *sel, float *w) {
             if (!taken && (best < 0 || p[e] > p[best])) best = e;
         }
         sel[j] = best;
-        sum += w[j] = p[best];
+        w[j] = p[best];
     }
+}
+
+void nv_moe_route(float *p, int E, int K, int *sel, float *w) {
+    float sum = 0.0f;
+    nv_softmax(p, E);
+    moe_top(p, E, K, sel, w);
+    for (int j = 0; j < K; j++) sum += w[j];
     for (int j = 0; j < K; j++) w[j] /= sum;
+}
+
+void nv_moe_route_chosen(const float *p, int E, int K, int *sel, float *w) {
+    moe_top(p, E, K, sel, w);
+    nv_softmax(w, K);
 }
 
 void nv_moe_group(const int *sel, int n, int K, int E, int *off, int *order, int *at) {
@@ -563,7 +600,15 @@ static void moe_ffn(const nv_model *m, int l, int n, nv_rows *r) {
     const nv_layer_plans *lp = &m->plans[l];
     const int d = c->dim, h = c->hidden_dim, E = c->n_experts, K = c->n_experts_used;
     nv_plan_run(lp->router, r->xb, n, r->moe_p);
-    for (int t = 0; t < n; t++) nv_moe_route(r->moe_p + (size_t)t * E, E, K, r->moe_sel + (size_t)t * K, r->moe_w + (size_t)t * K);
+    const float *rb = m->w.router_b ? m->w.router_b + (size_t)l * E : NULL; /* gpt-oss's: biased logits, softmax over the chosen */
+    for (int t = 0; t < n; t++) {
+        float *p = r->moe_p + (size_t)t * E;
+        if (rb) {
+            for (int e = 0; e < E; e++) p[e] += rb[e];
+            nv_moe_route_chosen(p, E, K, r->moe_sel + (size_t)t * K, r->moe_w + (size_t)t * K);
+        } else
+            nv_moe_route(p, E, K, r->moe_sel + (size_t)t * K, r->moe_w + (size_t)t * K);
+    }
     float *acc = r->xb2; /* free after the attention's residual */
     memset(acc, 0, (size_t)n * d * sizeof(float));
     nv_moe_group(r->moe_sel, n, K, E, r->moe_off, r->moe_rows, NULL);
@@ -573,14 +618,19 @@ static void moe_ffn(const nv_model *m, int l, int n, nv_rows *r) {
         for (int i = 0; i < cnt; i++)
             memcpy(r->moe_x + (size_t)i * d, r->xb + (size_t)(rows[i] / K) * d, (size_t)d * sizeof(float));
         nv_plan *const *ep = &lp->experts[3 * e];
-        tail_ep glu = {NULL, r->hb2, r->hb, h, cnt, 0, 1.0f};
+        const size_t eb = ((size_t)l * E + (size_t)e) * h; /* gpt-oss's biases of this expert */
+        tail_ep glu = {NULL, r->hb2, r->hb, h, cnt, 0, 1.0f, m->w.b1 ? m->w.b1 + eb : NULL, m->w.b3 ? m->w.b3 + eb : NULL};
         nv_plan_run_group((const nv_plan *const[]){ep[0], ep[2]}, 2, r->moe_x, cnt, (float *const[]){r->hb, r->hb2}, swiglu_ep, &glu);
         nv_plan_run(ep[1], r->hb, cnt, r->moe_y);
+        const float *b2 = m->w.b2 ? m->w.b2 + ((size_t)l * E + (size_t)e) * d : NULL;
         for (int i = 0; i < cnt; i++) {
             const int t = rows[i] / K;
             const float wt = r->moe_w[rows[i]], *y = r->moe_y + (size_t)i * d;
             float *a = acc + (size_t)t * d;
-            for (int j = 0; j < d; j++) a[j] += wt * y[j];
+            if (b2)
+                for (int j = 0; j < d; j++) a[j] += wt * (y[j] + b2[j]);
+            else
+                for (int j = 0; j < d; j++) a[j] += wt * y[j];
         }
     }
     const float rs = nv_config_residual_scale(c);
@@ -597,10 +647,13 @@ void nv_layer_tail(const nv_model *m, int l, int n, nv_rows *r, const nv_adapter
     const int post = c->post_norms;
     /* the product kept apart, its adapter's update with it, until it is normed (post-norms) or, with
      * an adapter, scaled by Granite's multiplier, and joins the residual */
-    tail_ep res = {x, xb2, NULL, d, n, 0, nv_config_residual_scale(c)};
-    const int apart = post || (res.scale != 1.0f && nv_adapter_rows_target(ad, 3));
+    tail_ep res = {x, xb2, NULL, d, n, 0, nv_config_residual_scale(c), NULL, NULL};
+    const float *bo = m->w.bo ? m->w.bo + (size_t)l * d : NULL; /* gpt-oss's output bias */
+    const int apart = post || bo || (res.scale != 1.0f && nv_adapter_rows_target(ad, 3));
     nv_plan_run_group((const nv_plan *const[]){lp->wo}, 1, xb, n, (float *const[]){xb2}, apart ? NULL : residual_ep, &res);
     nv_adapter_rows_add(ad, c, l, 3, xb, apart ? xb2 : x);
+    for (int t = 0; bo && t < n; t++)
+        for (int i = 0; i < d; i++) xb2[(size_t)t * d + i] += bo[i];
     if (apart) branch_residual(&res, xb2, post ? m->w.post_att + (size_t)l * d : NULL, c->norm_eps);
 
     nv_layer_input(m, l, 1, xb, x, n);
@@ -608,7 +661,7 @@ void nv_layer_tail(const nv_model *m, int l, int n, nv_rows *r, const nv_adapter
         moe_ffn(m, l, n, r);
         return;
     }
-    tail_ep glu = {NULL, hb2, hb, h, n, c->ffn_gelu, 1.0f};
+    tail_ep glu = {NULL, hb2, hb, h, n, c->ffn_gelu, 1.0f, NULL, NULL};
     if (nv_adapter_rows_target(ad, 4) || nv_adapter_rows_target(ad, 6)) { /* SwiGLU waits for the updates */
         nv_plan_run_group((const nv_plan *const[]){lp->w1, lp->w3}, 2, xb, n, (float *const[]){hb, hb2}, NULL, NULL);
         nv_adapter_rows_add(ad, c, l, 4, xb, hb);
@@ -618,7 +671,7 @@ void nv_layer_tail(const nv_model *m, int l, int n, nv_rows *r, const nv_adapter
         nv_plan_run_group((const nv_plan *const[]){lp->w1, lp->w3}, 2, xb, n, (float *const[]){hb, hb2}, swiglu_ep, &glu);
     }
     const int apart2 = post || (res.scale != 1.0f && nv_adapter_rows_target(ad, 5));
-    tail_ep res2 = {x, xb, NULL, d, n, 0, res.scale};
+    tail_ep res2 = {x, xb, NULL, d, n, 0, res.scale, NULL, NULL};
     nv_plan_run_group((const nv_plan *const[]){lp->w2}, 1, hb, n, (float *const[]){xb}, apart2 ? NULL : residual_ep, &res2);
     nv_adapter_rows_add(ad, c, l, 5, hb, apart2 ? xb : x);
     if (apart2) branch_residual(&res2, xb, post ? m->w.post_ffn + (size_t)l * d : NULL, c->norm_eps);
@@ -678,7 +731,6 @@ static void qkv_rows_task(void *ctx, int task, int n_tasks) {
 }
 
 static void layer_forward(const nv_model *m, nv_state *s, int l, int n, int pos) {
-    const nv_config *c = &m->config;
     const nv_layer_plans *lp = &m->plans[l];
     rows_job rj = {m, s, s->key_cache + s->layer_at[l], s->value_cache + s->layer_at[l], l, n, pos};
     nv_layer_input(m, l, 0, s->r.xb, s->r.x, n);
@@ -686,7 +738,7 @@ static void layer_forward(const nv_model *m, nv_state *s, int l, int n, int pos)
                       (float *const[]){s->r.q, s->r.k, s->r.v}, NULL, NULL);
     const int tasks = n < 4 ? 1 : 2 * nv_pool_threads();
     nv_pool_run(qkv_rows_task, &rj, tasks < n ? tasks : n);
-    attention(c, s, l, rj.kc, rj.vc, n, pos);
+    attention(m, s, l, rj.kc, rj.vc, n, pos);
     nv_layer_tail(m, l, n, &s->r, NULL);
 }
 

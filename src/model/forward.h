@@ -83,6 +83,12 @@ void nv_layer_tail(const nv_model *m, int l, int n, nv_rows *r, const nv_adapter
  * sel gets the K most probable experts, most probable first (ties to the lower index), and w their
  * probabilities renormalised to sum 1 (the softmax of the chosen logits alone). */
 void nv_moe_route(float *p, int E, int K, int *sel, float *w);
+/* gpt-oss's routing: the K largest logits of p (ties to the lower index), their weights a softmax over
+ * those K alone. */
+void nv_moe_route_chosen(const float *p, int E, int K, int *sel, float *w);
+/* SwiGLU-OAI (gpt-oss's experts), g = min(g + bg, 7) sigmoid(1.702 min(g + bg, 7)) (clamp(u + bu, -7, 7) + 1)
+ * over n values, ggml's formula. */
+void nv_swiglu_oai(float *g, const float *u, const float *bg, const float *bu, int n);
 /* n rows' K choices each (sel [n][K]) grouped by expert, by a counting sort: expert e's entries are
  * order[off[e] .. off[e+1]), each a row * K + choice, in row order; off has E + 1 entries; at (NULL:
  * not wanted) gets the inverse, each choice's place in order. */
@@ -97,6 +103,10 @@ void nv_softmax(float *x, int size);
 /* nv_softmax of each of rows rows ld apart, row g holding size0 + g values (size0 >= 1; a causal
  * block of query rows): the same values, eight rows' sums carried side by side. */
 void nv_softmax_causal(float *x, size_t ld, int size0, int rows);
+/* The same with a sink logit (gpt-oss's attention sinks): in each row's maximum and, after the row's
+ * own terms, in its sum, weighing no value; -INFINITY: none (the same bits as without). */
+void nv_softmax_sink(float *x, int size, float sink);
+void nv_softmax_causal_sink(float *x, size_t ld, int size0, int rows, float sink);
 /* h[i] = silu(h[i]) * g[i], run.c's expressions value for value (expf 8 lanes at a time with its bits). */
 void nv_silu_mul(float *h, const float *g, int n);
 /* RoPE: cs[pos][head_dim] = cos, sin of each position < npos and pair (2i, 2i+1), by run.c's float

@@ -15,8 +15,8 @@
 
 enum { GG_U8, GG_I8, GG_U16, GG_I16, GG_U32, GG_I32, GG_F32, GG_BOOL, GG_STR, GG_ARR, GG_U64, GG_I64, GG_F64 };
 enum { T_F32 = 0, T_F16 = 1, T_Q4_0 = 2, T_Q4_1 = 3, T_Q5_0 = 6, T_Q5_1 = 7, T_Q8_0 = 8, T_Q2_K = 10, T_Q3_K = 11, T_Q4_K = 12,
-       T_Q5_K = 13, T_Q6_K = 14, T_IQ4_NL = 20, T_IQ4_XS = 23, T_BF16 = 30 };
-#define SUPPORTED_TYPES "F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS"
+       T_Q5_K = 13, T_Q6_K = 14, T_IQ4_NL = 20, T_IQ4_XS = 23, T_BF16 = 30, T_MXFP4 = 39 };
+#define SUPPORTED_TYPES "F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4"
 #define QK 32   /* values per block of the simple types */
 #define QK_K 256 /* values per super-block of the k-quants */
 #define MAX_ALIGN (1u << 20)
@@ -116,7 +116,8 @@ static int block_of(uint32_t type, uint64_t *bytes) {
         int values, bytes;
     } k[] = {{T_F32, 1, 4},      {T_F16, 1, 2},      {T_BF16, 1, 2},      {T_Q4_0, QK, 18},     {T_Q4_1, QK, 20},
              {T_Q5_0, QK, 22},   {T_Q5_1, QK, 24},   {T_Q8_0, QK, 34},    {T_Q4_K, QK_K, 144}, {T_Q5_K, QK_K, 176},
-             {T_Q6_K, QK_K, 210}, {T_Q2_K, QK_K, 84}, {T_Q3_K, QK_K, 110}, {T_IQ4_NL, QK, 18}, {T_IQ4_XS, QK_K, 136}};
+             {T_Q6_K, QK_K, 210}, {T_Q2_K, QK_K, 84}, {T_Q3_K, QK_K, 110}, {T_IQ4_NL, QK, 18}, {T_IQ4_XS, QK_K, 136},
+             {T_MXFP4, QK, 17}};
     for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
         if (k[i].type == type) {
             *bytes = (uint64_t)k[i].bytes;
@@ -480,13 +481,17 @@ static int quant_form(uint32_t type, int *qb, int *offset) {
     *qb = type == T_Q6_K || type == T_Q2_K || type == T_Q3_K ? 16 : 32;
     *offset = type == T_Q4_0 || type == T_Q4_1 || type == T_Q5_0 || type == T_Q5_1 || type == T_Q4_K || type == T_Q5_K ||
               type == T_Q2_K || type == T_Q3_K;
-    return type == T_Q8_0 || type == T_Q6_K || type == T_IQ4_NL || type == T_IQ4_XS || *offset;
+    return type == T_Q8_0 || type == T_Q6_K || type == T_IQ4_NL || type == T_IQ4_XS || type == T_MXFP4 || *offset;
 }
 
 /* IQ4_NL's and IQ4_XS's 16 values, spaced to fit the weights' distribution rather than evenly */
 static const int8_t iq4_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+/* MXFP4's: FP4 (E2M1) values doubled, ggml's kvalues_mxfp4 (the scale is halved to match) */
+static const int8_t mxfp4_values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
 /* The table a type's decomposed values index (nv_qmatrix.lut), or NULL when they are values. */
-static const int8_t *quant_lut(uint32_t type) { return type == T_IQ4_NL || type == T_IQ4_XS ? iq4_values : NULL; }
+static const int8_t *quant_lut(uint32_t type) {
+    return type == T_IQ4_NL || type == T_IQ4_XS ? iq4_values : type == T_MXFP4 ? mxfp4_values : NULL;
+}
 
 /* The k-quants' super-blocks: the sub-blocks (of quant_form's qb) of one of block_of's blocks, whose
  * scales are each an integer times one float of the block (and offsets, with *mins, another
@@ -599,6 +604,13 @@ static void decompose_block(uint32_t type, const uint8_t *b, int8_t *q, float *s
         for (int j = 0; j < QK / 2; j++) {
             q[j] = (int8_t)(b[2 + j] & 0xF);
             q[j + QK / 2] = (int8_t)(b[2 + j] >> 4);
+        }
+        break;
+    case T_MXFP4: /* an E8M0 exponent e (the scale 2^(e - 128), exact in fp32 down to e 0), then indices into mxfp4_values as Q4_0's */
+        s[0] = ldexpf(1.0f, (int)b[0] - 128);
+        for (int j = 0; j < QK / 2; j++) {
+            q[j] = (int8_t)(b[1 + j] & 0xF);
+            q[j + QK / 2] = (int8_t)(b[1 + j] >> 4);
         }
         break;
     case T_IQ4_XS: { /* d, 16 bits of scales' high pairs, 4 bytes of their low nibbles, 8 IQ4_NL-like sub-blocks of 32 */
@@ -835,7 +847,8 @@ static int olmo2_form(const nv_config *c) {
 /* Whether c is written as mistral3: read as one, or with Ministral 3's attention temperature. */
 static int mistral3_form(const nv_config *c) { return c->arch_mistral3 || c->attn_temp_scale != 0.0f; }
 static const char *arch_of(const nv_config *c) {
-    return nv_config_granite(c)      ? (c->n_experts ? "granitemoe" : "granite")
+    return c->gpt_oss                 ? "gpt-oss"
+           : nv_config_granite(c)      ? (c->n_experts ? "granitemoe" : "granite")
            : nv_config_olmo2_block(c) ? "olmo2"
            : c->ffn_gelu              ? gemma_arch(c)
            : c->nope_period           ? "smollm3"
@@ -885,29 +898,29 @@ static nv_err config_of(const nv_gguf *g, nv_config *c, int *neox) {
               gemma3 = name_is(arch_s, n, "gemma3"), gemma2 = name_is(arch_s, n, "gemma2"), gemma1 = name_is(arch_s, n, "gemma"),
               gemma = gemma1 || gemma2 || gemma3, smollm3 = name_is(arch_s, n, "smollm3"),
               granitemoe = name_is(arch_s, n, "granitemoe"), granite = granitemoe || name_is(arch_s, n, "granite"),
-              olmo2 = name_is(arch_s, n, "olmo2");
-    if (!llama && !qwen3 && !qwen2 && !phi3 && !gemma && !smollm3 && !granite && !olmo2)
+              olmo2 = name_is(arch_s, n, "olmo2"), gptoss = name_is(arch_s, n, "gpt-oss");
+    if (!llama && !qwen3 && !qwen2 && !phi3 && !gemma && !smollm3 && !granite && !olmo2 && !gptoss)
         return nv_fail(NV_EUNSUPPORTED,
                        "%s: architecture '%s' is not supported (llama, mistral3, qwen2, qwen3, qwen3moe, phi3, gemma, gemma2, gemma3, smollm3, "
-                       "granite, granitemoe or olmo2)",
+                       "granite, granitemoe, olmo2 or gpt-oss)",
                        g->path, nv_gguf_shown(arch_s, n, shown_arch, sizeof shown_arch));
     const char *arch = phi3 ? "phi3" : gemma3 ? "gemma3" : gemma2 ? "gemma2" : gemma1 ? "gemma" : smollm3 ? "smollm3"
                        : granitemoe ? "granitemoe" : granite ? "granite" : olmo2 ? "olmo2" : mistral3 ? "mistral3"
-                                                             : arch_name(qwen3, qwen2, qwen3moe);
-    if (neox) *neox = qwen3 || qwen2 || phi3 || gemma || olmo2;
+                       : gptoss ? "gpt-oss" : arch_name(qwen3, qwen2, qwen3moe);
+    if (neox) *neox = qwen3 || qwen2 || phi3 || gemma || olmo2 || gptoss;
     int64_t dim, hidden, layers, heads, kv_heads, ctx, head_dim, v_dim, rot;
     NV_TRY(get_int(g, akey(k, sizeof k, arch, "embedding_length"), -1, &dim));
     /* a mixture of experts (Mixtral as llama, qwen3moe): as llama.cpp runs them, softmax routing whose
        chosen weights are renormalised; what else it has (shared experts, other gating) is refused */
     int64_t experts = 0, used = 0, shared = 0, gating = 1, dense_first = 0;
-    if (llama || qwen3moe || granitemoe) {
+    if (llama || qwen3moe || granitemoe || gptoss) {
         NV_TRY(get_int(g, akey(k, sizeof k, arch, "expert_count"), 0, &experts));
         NV_TRY(get_int(g, akey(k, sizeof k, arch, "expert_used_count"), 0, &used));
         NV_TRY(get_int(g, akey(k, sizeof k, arch, "expert_shared_count"), 0, &shared));
         NV_TRY(get_int(g, akey(k, sizeof k, arch, "expert_gating_func"), 1, &gating));
         NV_TRY(get_int(g, akey(k, sizeof k, arch, "leading_dense_block_count"), 0, &dense_first));
     }
-    if ((qwen3moe || granitemoe) && experts == 0) return nv_fail(NV_EFORMAT, "%s: a %s model without %s.expert_count", g->path, arch, arch);
+    if ((qwen3moe || granitemoe || gptoss) && experts == 0) return nv_fail(NV_EFORMAT, "%s: a %s model without %s.expert_count", g->path, arch, arch);
     if (granitemoe) { /* GraniteMoeShared's shared expert, beside the routed ones */
         int64_t shared_ff = 0;
         NV_TRY(get_int(g, "granitemoe.expert_shared_feed_forward_length", 0, &shared_ff));
@@ -921,8 +934,8 @@ static nv_err config_of(const nv_gguf *g, nv_config *c, int *neox) {
     if (experts && nv_gguf_tensor_find(g, "blk.0.ffn_gate.0.weight"))
         return nv_fail(NV_EUNSUPPORTED, "%s: the experts are separate tensors (blk.N.ffn_gate.E.weight, an older conversion); "
                                         "convert the model again for one tensor per layer (ffn_gate_exps)", g->path);
-    NV_TRY(get_int(g, akey(k, sizeof k, arch, "feed_forward_length"), experts && qwen3moe ? 0 : -1, &hidden));
-    if (qwen3moe) { /* its experts' own width (llama.cpp: else the dense width over the experts used) */
+    NV_TRY(get_int(g, akey(k, sizeof k, arch, "feed_forward_length"), experts && (qwen3moe || gptoss) ? 0 : -1, &hidden));
+    if (qwen3moe || gptoss) { /* its experts' own width (llama.cpp: else the dense width over the experts used) */
         int64_t per_expert = 0;
         NV_TRY(get_int(g, akey(k, sizeof k, arch, "expert_feed_forward_length"), 0, &per_expert));
         hidden = per_expert ? per_expert : used ? hidden / used : 0;
@@ -1025,6 +1038,22 @@ static nv_err config_of(const nv_gguf *g, nv_config *c, int *neox) {
             return nv_fail(NV_EFORMAT, "%s: %s's sliding window %lld or soft caps %g, %g are out of range", g->path, arch, (long long)window,
                            (double)softcap, (double)attn_softcap);
     }
+    /* gpt-oss: a window (128) in every other layer from the first, as llama.cpp's set_swa_pattern(2),
+       with the same RoPE (its YaRN) as the others */
+    int64_t oss_window = 0;
+    int oss_period = 0;
+    if (gptoss) {
+        float base_swa = 0.0f, base = 0.0f;
+        NV_TRY(get_int(g, "gpt-oss.attention.sliding_window", -1, &oss_window));
+        if (oss_window < 1 || oss_window > (1 << 30))
+            return nv_fail(NV_EFORMAT, "%s: gpt-oss's sliding window %lld is out of range", g->path, (long long)oss_window);
+        NV_TRY(swa_pattern(g, "gpt-oss.attention.sliding_window_pattern", 2, layers, &oss_period));
+        NV_TRY(get_float(g, "gpt-oss.rope.freq_base", 10000.0f, &base));
+        NV_TRY(get_float(g, "gpt-oss.rope.freq_base_swa", base, &base_swa));
+        if (base_swa != base)
+            return nv_fail(NV_EUNSUPPORTED, "%s: gpt-oss with another RoPE base in its windowed layers (%g, the others' %g)", g->path,
+                           (double)base_swa, (double)base);
+    }
     /* OLMo 3 (olmo2 with a window): its layers as llama.cpp's set_swa_pattern names them, their RoPE
        base rope.freq_base_swa (else the model's) without the others' scaling */
     int64_t olmo_window = 0;
@@ -1047,11 +1076,12 @@ static nv_err config_of(const nv_gguf *g, nv_config *c, int *neox) {
     for (uint64_t i = 0; i < g->n_tensors; i++) {
         const char *nm = g->t[i].name;
         const size_t nl = g->t[i].name_len;
-        const int qkv_bias = qwen2 && nl > 16 && !memcmp(nm, "blk.", 4) &&
+        const int qkv_bias = (qwen2 || gptoss) && nl > 16 && !memcmp(nm, "blk.", 4) &&
                              (!memcmp(nm + nl - 12, ".attn_q.bias", 12) || !memcmp(nm + nl - 12, ".attn_k.bias", 12) ||
                               !memcmp(nm + nl - 12, ".attn_v.bias", 12));
         const int cls_bias = nl == 15 && !memcmp(nm, "cls.output.bias", 15); /* a reranker's head's (take_cls_head) */
-        if (nl > 5 && !memcmp(nm + nl - 5, ".bias", 5) && !qkv_bias && !cls_bias)
+        const int oss_bias = gptoss && nl > 4 && !memcmp(nm, "blk.", 4); /* its output's, router's and experts' (nv_model_tensor_map) */
+        if (nl > 5 && !memcmp(nm + nl - 5, ".bias", 5) && !qkv_bias && !cls_bias && !oss_bias)
             return nv_fail(NV_EUNSUPPORTED, "%s: tensor '%s' is a bias, which this model does not have", g->path,
                            nv_gguf_shown(nm, nl, shown_arch, sizeof shown_arch));
     }
@@ -1069,7 +1099,8 @@ static nv_err config_of(const nv_gguf *g, nv_config *c, int *neox) {
     NV_TRY(get_float(g, akey(k, sizeof k, arch, "attention.layer_norm_rms_epsilon"), 1e-5f, &c->norm_eps));
     c->shared_classifier = nv_gguf_tensor_find(g, "output.weight") == NULL;
     c->qk_norm = qwen3; /* gemma3's: gemma_rules */
-    c->qkv_bias = qwen2;
+    c->qkv_bias = qwen2 || gptoss;
+    if (gptoss) c->gpt_oss = 1, c->swa_window = (int)oss_window, c->swa_period = oss_period;
     if (smollm3) c->nope_period = 4; /* llama.cpp's SmolLM3: every fourth layer without RoPE (no key says it) */
     if (mistral3) { /* the queries' temperature, over YaRN's original context (else the context) unless the file says another length */
         int64_t temp_len = 0;
@@ -1115,7 +1146,8 @@ static nv_err config_of(const nv_gguf *g, nv_config *c, int *neox) {
 
 size_t nv_model_tensor_count(const nv_config *c) {
     return 2 + (c->shared_classifier ? 0 : 1) +
-           ((c->no_pre_norms ? 7 : 9) + (c->qk_norm ? 2 : 0) + (c->qkv_bias ? 3 : 0) + (c->n_experts ? 1 : 0) + (c->post_norms ? 2 : 0)) *
+           ((c->no_pre_norms ? 7 : 9) + (c->qk_norm ? 2 : 0) + (c->qkv_bias ? 3 : 0) + (c->n_experts ? 1 : 0) + (c->post_norms ? 2 : 0) +
+            (c->gpt_oss ? 6 : 0)) *
                (size_t)c->n_layers;
 }
 
@@ -1143,7 +1175,18 @@ size_t nv_model_tensor_map(const nv_config *c, const nv_weights *w, nv_tensor_re
         for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) { /* a mixture's FFN: all experts in one */
             if (c->no_pre_norms && (i == 0 || i == 5)) continue; /* OLMo 2: no attn_norm, ffn_norm */
             t[k] = (nv_tensor_ref){.d0 = parts[i].d0, .d1 = parts[i].d1, .p = parts[i].p, .d2 = i >= 6 && moe ? E : 0};
-            ADD("blk.%llu.%s%s.weight", (unsigned long long)l, parts[i].name, i >= 6 && moe ? "_exps" : "");
+            /* gpt-oss names the FFN's norm after the attention it follows */
+            ADD("blk.%llu.%s%s.weight", (unsigned long long)l, i == 5 && c->gpt_oss ? "post_attention_norm" : parts[i].name,
+                i >= 6 && moe ? "_exps" : "");
+        }
+        if (c->gpt_oss) { /* its sinks and biases (an expert's bias a row of its layer's [E] rows) */
+            const uint64_t H = (uint64_t)c->n_heads;
+            t[k] = (nv_tensor_ref){.d0 = H, .d1 = 1, .p = AT(sinks, l * H)}, ADD("blk.%llu.attn_sinks.weight", (unsigned long long)l);
+            t[k] = (nv_tensor_ref){.d0 = d, .d1 = 1, .p = AT(bo, l * d)}, ADD("blk.%llu.attn_output.bias", (unsigned long long)l);
+            t[k] = (nv_tensor_ref){.d0 = E, .d1 = 1, .p = AT(router_b, l * E)}, ADD("blk.%llu.ffn_gate_inp.bias", (unsigned long long)l);
+            t[k] = (nv_tensor_ref){.d0 = h, .d1 = E, .p = AT(b1, l * E * h)}, ADD("blk.%llu.ffn_gate_exps.bias", (unsigned long long)l);
+            t[k] = (nv_tensor_ref){.d0 = d, .d1 = E, .p = AT(b2, l * E * d)}, ADD("blk.%llu.ffn_down_exps.bias", (unsigned long long)l);
+            t[k] = (nv_tensor_ref){.d0 = h, .d1 = E, .p = AT(b3, l * E * h)}, ADD("blk.%llu.ffn_up_exps.bias", (unsigned long long)l);
         }
         if (moe) t[k] = (nv_tensor_ref){.d0 = d, .d1 = E, .p = AT(router, l * E * d)}, ADD("blk.%llu.ffn_gate_inp.weight", (unsigned long long)l);
         if (c->qk_norm) { /* a head's weights, or (OLMo 2) the whole projection's */
@@ -2302,6 +2345,28 @@ static void quantize_iq4_xs(const float *x, uint64_t n, uint64_t d0, const float
 }
 
 /* x (n values) as F16. */
+/* x as MXFP4 blocks, as ggml's reference quantizer makes them: the exponent e = floor(log2 max|x|) + 125
+ * (the scale 2^(e - 128) puts the largest value between 8 and 16 of it: 12 the most a value holds),
+ * each value the nearest of mxfp4_values (the lower index on a tie). */
+static int mxfp4_nearest(float v) {
+    int best = 0;
+    for (int i = 1; i < 16; i++)
+        if (fabsf(v - (float)mxfp4_values[i]) < fabsf(v - (float)mxfp4_values[best])) best = i;
+    return best;
+}
+
+static void quantize_mxfp4(const float *x, uint64_t n, uint64_t d0, const float *imp, uint8_t *out) {
+    (void)d0, (void)imp;
+    for (uint64_t blk = 0; blk < n / QK; blk++, x += QK, out += 17) {
+        float amax = 0.0f;
+        for (int j = 0; j < QK; j++) amax = fabsf(x[j]) > amax ? fabsf(x[j]) : amax; /* (NaN: ignored) */
+        const int e = amax > 0.0f && isfinite(amax) ? clampi((int)floorf(log2f(amax)) - 2 + 127, 0, 254) : 0;
+        const float d = ldexpf(1.0f, e - 128);
+        out[0] = (uint8_t)e;
+        for (int j = 0; j < QK / 2; j++) out[1 + j] = (uint8_t)(mxfp4_nearest(x[j] / d) | mxfp4_nearest(x[j + QK / 2] / d) << 4);
+    }
+}
+
 static void quantize_f16(const float *x, uint64_t n, uint64_t d0, const float *imp, uint8_t *out) {
     (void)d0, (void)imp;
     for (uint64_t v = 0; v < n; v++) put_half(out + 2 * v, x[v]);
@@ -2333,8 +2398,11 @@ static void quantize_bf16(const float *x, uint64_t n, uint64_t d0, const float *
  * IQ4_NL), a block type whose rows are not whole blocks of 32 to F32. pure: none of those rules but
  * the fallbacks. */
 static uint32_t tensor_type(const nv_config *c, const nv_tensor_ref *t, uint32_t type, int has_imatrix, int pure) {
-    /* a mixture's router stays F32, as llama.cpp keeps it: its logits choose the experts */
-    if (type == NV_GGUF_F32 || t->d1 == 1 || strstr(t->name, ".ffn_gate_inp.")) return T_F32;
+    /* a mixture's router stays F32, as llama.cpp keeps it: its logits choose the experts; so do
+       gpt-oss's biases (the experts' are [E] rows) and sinks */
+    if (type == NV_GGUF_F32 || t->d1 == 1 || strstr(t->name, ".ffn_gate_inp.") || strstr(t->name, ".bias")) return T_F32;
+    if (type == NV_GGUF_MXFP4_MOE) /* llama.cpp's MXFP4_MOE: the experts in MXFP4, the other matrices Q8_0 */
+        return t->d0 % QK ? T_F32 : strstr(t->name, "_exps.weight") ? T_MXFP4 : T_Q8_0;
     if (type == NV_GGUF_F16) return T_F16;
     if (type == NV_GGUF_BF16) return T_BF16;
     unsigned layer = 0;
@@ -2496,11 +2564,13 @@ nv_err nv_gguf_save_split(const nv_model *m, const nv_tokenizer *tok, const char
     if (type != NV_GGUF_F32 && type != NV_GGUF_F16 && type != NV_GGUF_BF16 && type != NV_GGUF_Q8_0 && type != NV_GGUF_Q4_0 &&
         type != NV_GGUF_Q5_0 && type != NV_GGUF_Q4_K && type != NV_GGUF_Q5_K && type != NV_GGUF_Q6_K && type != NV_GGUF_Q3_K &&
         type != NV_GGUF_Q2_K && type != NV_GGUF_IQ4_NL && type != NV_GGUF_IQ4_XS && type != NV_GGUF_Q3_K_S && type != NV_GGUF_Q3_K_L &&
-        type != NV_GGUF_Q4_K_S && type != NV_GGUF_Q5_K_S && type != NV_GGUF_Q4_1 && type != NV_GGUF_Q5_1)
+        type != NV_GGUF_Q4_K_S && type != NV_GGUF_Q5_K_S && type != NV_GGUF_Q4_1 && type != NV_GGUF_Q5_1 && type != NV_GGUF_MXFP4_MOE)
         return nv_fail(NV_EUNSUPPORTED,
                        "%s: GGUF tensor type %u is not written (F32, F16, BF16, Q8_0, Q6_K, Q5_K_M, Q5_K_S, Q5_1, Q5_0, Q4_K_M, Q4_K_S, Q4_1, Q4_0, "
-                       "IQ4_XS, IQ4_NL, Q3_K_L, Q3_K_M, Q3_K_S or Q2_K)",
+                       "IQ4_XS, IQ4_NL, Q3_K_L, Q3_K_M, Q3_K_S, Q2_K or MXFP4_MOE)",
                        path, type);
+    if (type == NV_GGUF_MXFP4_MOE && !c->n_experts)
+        return nv_fail(NV_EINVAL, "%s: MXFP4_MOE quantizes a mixture's experts: this model has none", path);
     if (tok && nv_tokenizer_vocab_size(tok) != c->vocab_size)
         return nv_fail(NV_EINVAL, "%s: the tokenizer has %d tokens, the model %d", path, nv_tokenizer_vocab_size(tok), c->vocab_size);
     if (c->qk_norm && c->qkv_bias)
@@ -2586,7 +2656,7 @@ nv_err nv_gguf_save_split(const nv_model *m, const nv_tokenizer *tok, const char
     if (c->n_experts) { /* qwen3moe's experts have a width of their own (llama's: feed_forward_length) */
         kv_u32(&b, akey(k, sizeof k, arch, "expert_count"), (uint32_t)c->n_experts);
         kv_u32(&b, akey(k, sizeof k, arch, "expert_used_count"), (uint32_t)c->n_experts_used);
-        if (c->qk_norm) kv_u32(&b, akey(k, sizeof k, arch, "expert_feed_forward_length"), (uint32_t)c->hidden_dim), n_kv++;
+        if (c->qk_norm || c->gpt_oss) kv_u32(&b, akey(k, sizeof k, arch, "expert_feed_forward_length"), (uint32_t)c->hidden_dim), n_kv++;
         n_kv += 2;
     }
     kv_u32(&b, akey(k, sizeof k, arch, "rope.dimension_count"), (uint32_t)nv_config_rope_dim(c));
@@ -2606,6 +2676,8 @@ nv_err nv_gguf_save_split(const nv_model *m, const nv_tokenizer *tok, const char
         n_kv += 2;
     }
     if (c->swa_window) kv_u32(&b, akey(k, sizeof k, arch, "attention.sliding_window"), (uint32_t)c->swa_window), n_kv++;
+    if (c->gpt_oss && c->swa_period != 2) /* (llama.cpp's default period, 2, goes unsaid) */
+        kv_u32(&b, akey(k, sizeof k, arch, "attention.sliding_window_pattern"), (uint32_t)c->swa_period), n_kv++;
     if (c->swa_window && olmo2) { /* OLMo 3's layers, a flag each as llama.cpp's converter writes them, and their RoPE base */
         ob_key(&b, akey(k, sizeof k, arch, "attention.sliding_window_pattern"), GG_ARR);
         ob_u32(&b, GG_BOOL);
@@ -2700,6 +2772,7 @@ nv_err nv_gguf_save_split(const nv_model *m, const nv_tokenizer *tok, const char
                 : tt == T_Q2_K ? quantize_q2_k
                 : tt == T_Q3_K ? quantize_q3_k
                 : tt == T_IQ4_NL ? quantize_iq4_nl
+                : tt == T_MXFP4 ? quantize_mxfp4
                 : tt == T_IQ4_XS ? quantize_iq4_xs
                                : quantize_q4_0;
             /* a stacked expert tensor: each expert's rows with its own importances (or all with the

@@ -118,6 +118,7 @@ nv_err nv_model_keep_half(nv_model *m, int i, const void *h, size_t n, int bf16,
 #define NV_GGUF_Q3_K_L 0x10Du /* Q3_K; Q5_K for attn_v, attn_output and ffn_down */
 #define NV_GGUF_Q4_K_S 0x10Eu /* Q4_K; Q5_K for attn_v in the first four layers and ffn_down in the first eighth */
 #define NV_GGUF_Q5_K_S 0x110u /* Q5_K throughout */
+#define NV_GGUF_MXFP4_MOE 0x126u /* a mixture's experts in MXFP4 (gpt-oss's own form), the other matrices Q8_0 */
 /* Or'ed into a quantized type: every matrix in the mix's own type (Q4_K for Q4_K_M, ...), none raised
  * for the classifier or the layers that matter (llama-quantize's --pure). */
 #define NV_GGUF_PURE 0x10000u

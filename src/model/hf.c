@@ -1866,6 +1866,8 @@ static void gemma_fields(cJSON *cfg, const nv_config *c, int gen) {
 
 nv_err nv_hf_save(const nv_model *m, const nv_tokenizer *tok, const char *dir, nv_hf_dtype dtype, const char *chat_template) {
     const nv_config *c = &m->config;
+    if (c->gpt_oss) /* transformers' GptOss folder fuses gate and up and keeps MXFP4 blocks of its own layout */
+        return nv_fail(NV_EUNSUPPORTED, "%s: gpt-oss is not written as a Hugging Face folder (export GGUF instead)", dir);
     const int yarn = c->yarn.factor != 0.0f, llama3 = c->llama3.factor != 0.0f; /* their parameters, not their divisors */
     int linear = c->n_rope_factors > 0 && !yarn && !llama3; /* one divisor for every frequency: linear scaling by it */
     for (int i = 1; linear && i < c->n_rope_factors; i++) linear &= c->rope_factors[i] == c->rope_factors[0];

@@ -18,6 +18,7 @@
 /* Number of fp32 values of each part, in version-1 order. */
 typedef struct {
     uint64_t rms_att, rms_ffn, rms_final, tok_emb, wq, wk, wv, wo, w1, w2, w3, wcls, q_norm, k_norm, bq, bkv, router, post_norm;
+    uint64_t sinks, bo, router_b, b13, b2; /* gpt-oss's */
 } part_sizes;
 
 static part_sizes sizes_of(const nv_config *c) {
@@ -43,6 +44,10 @@ static part_sizes sizes_of(const nv_config *c) {
     s.bkv = c->qkv_bias ? L * kv : 0;
     s.router = L * (uint64_t)c->n_experts * d;
     s.post_norm = c->post_norms ? L * d : 0;
+    if (c->gpt_oss) {
+        const uint64_t E = (uint64_t)c->n_experts;
+        s.sinks = L * (uint64_t)c->n_heads, s.bo = L * d, s.router_b = L * E, s.b13 = L * E * h, s.b2 = L * E * d;
+    }
     return s;
 }
 
@@ -76,6 +81,10 @@ void nv_weights_point(nv_weights *w, const nv_config *c, float *p) {
     w->post_att = c->post_norms ? p : NULL;
     p += s.post_norm;
     w->post_ffn = c->post_norms ? p : NULL;
+    p += s.post_norm;
+    float **oai[] = {&w->sinks, &w->bo, &w->router_b, &w->b1, &w->b2, &w->b3};
+    const uint64_t oai_n[] = {s.sinks, s.bo, s.router_b, s.b13, s.b2, s.b13};
+    for (int i = 0; i < 6; i++) *oai[i] = c->gpt_oss ? p : NULL, p += oai_n[i];
 }
 
 static nv_err alloc_params(nv_model *m) {
@@ -348,6 +357,8 @@ int nv_config_fits_v1(const nv_config *c) {
 
 nv_err nv_model_save_v1(const nv_model *m, const char *path) {
     const nv_config *c = &m->config;
+    if (c->gpt_oss)
+        return nv_fail(NV_EUNSUPPORTED, "%s: llama2.c v1 has no place for gpt-oss's sinks and biases (GGUF has: name the output .gguf)", path);
     if (nv_config_olmo2_block(c))
         return nv_fail(NV_EUNSUPPORTED, "%s: llama2.c v1 has no place for %s (GGUF has: name the output .gguf)", path, nv_config_olmo2_block(c));
     if (nv_config_gemma_block(c))

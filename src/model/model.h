@@ -41,6 +41,13 @@ typedef struct {
     float *router;    /* [L][n_experts][dim] (a mixture of experts only) */
     float *post_att;  /* [L][dim] (post_norms only) */
     float *post_ffn;  /* [L][dim] (post_norms only) */
+    /* gpt-oss only (nv_config.gpt_oss): */
+    float *sinks;     /* [L][n_heads] attention sink logits */
+    float *bo;        /* [L][dim] output projection bias */
+    float *router_b;  /* [L][n_experts] */
+    float *b1;        /* [L][E][hidden] gate biases */
+    float *b2;        /* [L][E][dim] down biases */
+    float *b3;        /* [L][E][hidden] up biases */
 } nv_weights;
 
 typedef struct {

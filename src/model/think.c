@@ -1,6 +1,10 @@
 #include "model/think.h"
 
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+#include <cjson/cJSON.h>
 
 size_t nv_partial_tag(const char *s, size_t n, const char *tag) {
     const size_t tl = strlen(tag);
@@ -9,15 +13,21 @@ size_t nv_partial_tag(const char *s, size_t n, const char *tag) {
     return 0;
 }
 
+#define H_MESSAGE "<|message|>"
+#define H_END "<|end|>"
+#define H_FINAL "<|end|><|start|>assistant<|channel|>final<|message|>"
+
 const nv_think_tags *nv_think_tags_of(int tags) {
-    static const nv_think_tags angle = {"<think>", "</think>", "\n</think>\n\n"}, bracket = {"[THINK]", "[/THINK]", "[/THINK]"};
-    return tags == NV_THINK_BRACKET ? &bracket : &angle;
+    static const nv_think_tags angle = {"<think>", "</think>", "\n</think>\n\n"}, bracket = {"[THINK]", "[/THINK]", "[/THINK]"},
+                               harmony = {"<|channel|>analysis" H_MESSAGE, H_END, H_FINAL};
+    return tags == NV_THINK_BRACKET ? &bracket : tags == NV_THINK_HARMONY ? &harmony : &angle;
 }
 
 int nv_think_tags_of_template(const char *text, int *shown) {
+    const int harmony = text && strstr(text, "<|channel|>") && strstr(text, "analysis");
     const int bracket = text && strstr(text, "[THINK]") && strstr(text, "[/THINK]");
-    if (shown) *shown = bracket || (text && strstr(text, "<think>"));
-    return bracket ? NV_THINK_BRACKET : NV_THINK_ANGLE;
+    if (shown) *shown = harmony || bracket || (text && strstr(text, "<think>"));
+    return harmony ? NV_THINK_HARMONY : bracket ? NV_THINK_BRACKET : NV_THINK_ANGLE;
 }
 
 void nv_think_show_tags(nv_tokenizer *tok, int tags) {
@@ -31,7 +41,89 @@ static void put(nv_buf *b, const char *s, size_t n) {
     if (b && n) nv_buf_append(b, s, n);
 }
 
+/* ---- harmony ---- */
+
+enum { H_HEADER = 0, H_REASONING, H_CONTENT, H_CALL, H_RAW /* no harmony: all content */ };
+
+/* The word of header h (n bytes) after key ("<|channel|>", "to="), up to white space or '<', into out. */
+static void header_word(const char *h, size_t n, const char *key, char *out, size_t cap) {
+    const char *at = memmem(h, n, key, strlen(key));
+    size_t k = 0;
+    for (const char *p = at ? at + strlen(key) : h + n; p < h + n && *p != ' ' && *p != '<' && *p != '\n' && k + 1 < cap; p++) out[k++] = *p;
+    out[k] = '\0';
+}
+
+/* A tool call's message ended: Hermes's block of it into the content. */
+static void harmony_call(nv_think *t, nv_buf *content) {
+    if (!content) return;
+    cJSON *args = cJSON_ParseWithLength(t->call.data ? t->call.data : "", t->call.len), *block = cJSON_CreateObject();
+    if (!args) { /* not a JSON value: its text */
+        nv_buf_append(&t->call, "", 1);
+        args = cJSON_CreateString(t->call.oom ? "" : t->call.data);
+    }
+    cJSON_AddStringToObject(block, "name", t->call_name);
+    if (args) cJSON_AddItemToObject(block, "arguments", args);
+    char *json = cJSON_PrintUnformatted(block);
+    if (json) nv_buf_printf(content, "<tool_call>%s</tool_call>", json);
+    free(json);
+    cJSON_Delete(block);
+    nv_buf_free(&t->call);
+}
+
+static size_t harmony_feed(nv_think *t, const char *h, size_t len, int final, nv_buf *reasoning, nv_buf *content) {
+    size_t used = 0;
+    while (used < len) {
+        const char *p = h + used;
+        const size_t left = len - used;
+        if (t->route == H_RAW) {
+            put(content, p, left);
+            return len;
+        }
+        if (t->route == H_HEADER) {
+            const char *m = memmem(p, left, H_MESSAGE, strlen(H_MESSAGE));
+            /* a header starts with its markers; anything else (a model off the format) is content */
+            const int marked = !strncmp(p, "<|start|>", left < 9 ? left : 9) || !strncmp(p, "<|channel|>", left < 11 ? left : 11);
+            if (!marked || (!m && (final || left > 1024))) {
+                t->route = H_RAW, t->state = NV_THINK_PAST;
+                continue;
+            }
+            if (!m) break; /* the header goes on */
+            char channel[32], to[128];
+            header_word(p, (size_t)(m - p), "<|channel|>", channel, sizeof channel);
+            header_word(p, (size_t)(m - p), "to=", to, sizeof to);
+            if (!strncmp(to, "functions.", 10)) {
+                t->route = H_CALL;
+                snprintf(t->call_name, sizeof t->call_name, "%s", to + 10);
+            } else
+                t->route = !strcmp(channel, "analysis") ? H_REASONING : H_CONTENT;
+            t->state = t->route == H_REASONING ? NV_THINK_IN : NV_THINK_PAST;
+            used += (size_t)(m - p) + strlen(H_MESSAGE);
+            continue;
+        }
+        nv_buf *to = t->route == H_REASONING ? reasoning : t->route == H_CONTENT ? content : &t->call;
+        const char *end = memmem(p, left, H_END, strlen(H_END));
+        const size_t body = end ? (size_t)(end - p) : final ? left : left - nv_partial_tag(p, left, H_END);
+        put(to, p, body);
+        used += body + (end ? strlen(H_END) : 0);
+        if (end || final) {
+            if (t->route == H_CALL) harmony_call(t, content);
+            t->route = H_HEADER;
+        }
+        if (!end) break;
+    }
+    if (final && t->route == H_CALL) { /* its message's text came whole before the final piece */
+        harmony_call(t, content);
+        t->route = H_HEADER;
+    }
+    return used;
+}
+
 void nv_think_feed(nv_think *t, const char *s, size_t n, int final, nv_buf *reasoning, nv_buf *content) {
+    if (t->tags == NV_THINK_HARMONY) {
+        nv_buf_append(&t->hold, s, n);
+        nv_buf_consume(&t->hold, harmony_feed(t, t->hold.data ? t->hold.data : "", t->hold.len, final, reasoning, content));
+        return;
+    }
     const nv_think_tags *tags = nv_think_tags_of(t->tags);
     const char *open = tags->open, *close = tags->close;
     const size_t ol = strlen(open), cl = strlen(close);
@@ -79,14 +171,18 @@ void nv_think_feed(nv_think *t, const char *s, size_t n, int final, nv_buf *reas
     nv_buf_consume(&t->hold, used); /* what is left waits for the next piece */
 }
 
-void nv_think_free(nv_think *t) { nv_buf_free(&t->hold); }
+void nv_think_free(nv_think *t) {
+    nv_buf_free(&t->hold);
+    nv_buf_free(&t->call);
+}
 
 int nv_think_opened(const nv_tokenizer *tok, int tags, const int *ids, int n) {
     /* backwards from the end: white space of any length passed over, then the tag's length in bytes
        before it (64 tokens back at most: the tag is one to seven of them) */
     const char *tag = nv_think_tags_of(tags)->open;
     const size_t len = strlen(tag);
-    char tail[8]; /* (the tags are 7 bytes) */
+    char tail[32]; /* (the tags are 7 bytes; harmony's 30) */
+    if (len > sizeof tail) return 0;
     size_t have = 0;
     for (int i = n - 1; i >= 0 && i >= n - 64 && have < len; i--) {
         const char *piece = nv_tokenizer_decode(tok, i ? ids[i - 1] : -1, ids[i]); /* (Mistral's tags: shown tokens) */

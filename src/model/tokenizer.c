@@ -429,6 +429,19 @@ static nv_err index_specials(const char *path, nv_tokenizer *t) {
 /* A vocabulary's special id, or -1 when it is past a vocabulary cut to n tokens. */
 static int id_within(int id, int n) { return id < n ? id : -1; }
 
+/* A harmony vocabulary's (gpt-oss's: <|return|>, <|call|> and <|end|> all there) message markers made
+ * user-defined: the answer's text holds them, where its parser reads channels (as llama.cpp renders
+ * them). Whether the vocabulary is one. */
+static int harmony_markers(nv_tokenizer *t) {
+    if (nv_tokenizer_lookup(t, "<|return|>") < 0 || nv_tokenizer_lookup(t, "<|call|>") < 0 || nv_tokenizer_lookup(t, "<|end|>") < 0) return 0;
+    static const char *const shown[] = {"<|start|>", "<|channel|>", "<|message|>", "<|constrain|>", "<|end|>", NULL};
+    for (int i = 0; shown[i]; i++) {
+        const int id = nv_tokenizer_lookup(t, shown[i]);
+        if (id >= 0 && (t->type[id] == 3 || t->type[id] == 4)) t->type[id] = 4;
+    }
+    return 1;
+}
+
 /* Generation ends at EOS, the end-of-turn and end-of-message ids, and the control tokens that end
  * turns by name (as llama.cpp finds them). */
 static void add_ends(nv_tokenizer *t) {
@@ -441,6 +454,13 @@ static void add_ends(nv_tokenizer *t) {
         int id = nv_tokenizer_lookup(t, ends[i]);
         if (id >= 0 && (t->type[id] == 3 || t->type[id] == 4)) add_eog(t, id), t->type[id] = 3;
     }
+    /* gpt-oss's harmony format: an answer's messages end at <|end|> and go on (its reasoning, then its
+       final message), the answer at <|return|> or a tool call's <|call|> */
+    const int ret = nv_tokenizer_lookup(t, "<|return|>"), call = nv_tokenizer_lookup(t, "<|call|>"), end = nv_tokenizer_lookup(t, "<|end|>");
+    if (!harmony_markers(t)) return;
+    add_eog(t, ret), add_eog(t, call);
+    for (int i = 0; i < t->n_eog; i++)
+        if (t->eog[i] == end) t->eog[i--] = t->eog[--t->n_eog];
 }
 
 static nv_err tok_build_bpe(const char *path, const nv_gguf_bpe *v, int vocab_size, nv_tokenizer *t) {
@@ -492,6 +512,7 @@ static nv_err tok_build_bpe(const char *path, const nv_gguf_bpe *v, int vocab_si
         if (t->byte_tok[b] < 0)
             return nv_fail(NV_EFORMAT, "%s: no token for byte 0x%02X; not a byte-level BPE vocabulary", path, b);
     }
+    harmony_markers(t); /* (before what each piece prints is fixed) */
     size_t o = 0;
     for (int i = 0; i < n; i++) {
         const unsigned char *p = (const unsigned char *)tok_piece(t, i);

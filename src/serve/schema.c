@@ -1671,11 +1671,21 @@ static int text_without(nv_gbuild *b, const char *close) {
 }
 
 /* A reasoning model's block before the answer: nothing, or the open tag, any text in which the
- * close does not occur, the close and a newline or not. */
+ * close does not occur, the close and a newline or not. Harmony's answer is the final channel's
+ * message: its header, after the analysis message or alone. */
 int nv_think_block_rule(nv_gbuild *b, int tags) {
     const nv_think_tags *t = nv_think_tags_of(tags);
     const int text = text_without(b, t->close);
     nv_gbody body = {0};
+    if (tags == NV_THINK_HARMONY) { /* "<|channel|>final<|message|>", or the analysis message and then it */
+        static const char final_header[] = "<|channel|>final<|message|>";
+        nv_gbody_lit(b, &body, final_header, strlen(final_header));
+        nv_gbody_alt(&body);
+        nv_gbody_lit(b, &body, t->open, strlen(t->open));
+        nv_gbody_ref(&body, text);
+        nv_gbody_lit(b, &body, t->forced, strlen(t->forced));
+        return nv_gbuild_add(b, &body);
+    }
     nv_gbody_alt(&body);
     nv_gbody_lit(b, &body, "\n", 1);
     int blank = nv_gbuild_add(b, &body);

@@ -229,6 +229,8 @@ nv_err nv_tmodel_init_lora(nv_tmodel *tm, const nv_config *c, const float *init,
 nv_err nv_tmodel_init_ex(nv_tmodel *tm, const nv_config *c, const float *init, uint64_t seed, int B, int T,
                          nv_engine_id engine, const nv_lora_shape *lora, const float *lora_init, int flags) {
     memset(tm, 0, sizeof *tm);
+    if (c->gpt_oss) /* its sinks, biased experts and SwiGLU-OAI have no backward here */
+        return nv_fail(NV_EUNSUPPORTED, "training gpt-oss is not supported (its attention sinks and biased experts are served, not trained)");
     tm->recompute = (flags & NV_TMODEL_RECOMPUTE) != 0;
     if (B < 1 || T < 1 || T > c->seq_len)
         return nv_fail(NV_EINVAL, "batch %d x sequence %d does not fit the model's context of %d", B, T, c->seq_len);
