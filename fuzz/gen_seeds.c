@@ -128,6 +128,14 @@ static void models(void) {
     for (int i = 0; i < 8; i++) m.w.bq[i] = 0.1f * (float)i;
     check(nv_gguf_save(&m, NULL, "seed", seed_path("model", "v3_qwen2.gguf"), NV_GGUF_F32, NULL, NULL));
     nv_model_free(&m);
+    /* gpt-oss: sinks, biased experts, a window on every other layer; its experts MXFP4, the rest Q8_0 */
+    nv_config oss = {32, 32, 2, 2, 1, 16, 16, 16, 10000.0f, 1e-5f, 0, 0, 0, {0}, 1, NV_CONFIG_PLAIN};
+    oss.n_experts = 2, oss.n_experts_used = 1, oss.gpt_oss = 1, oss.swa_window = 4, oss.swa_period = 2;
+    check(nv_model_alloc(&m, &oss));
+    nv_model_init_random(&m, 12);
+    for (int i = 0; i < 4; i++) m.w.sinks[i] = 0.5f * (float)i;
+    check(nv_gguf_save(&m, NULL, "seed", seed_path("model", "v3_gpt_oss.gguf"), NV_GGUF_MXFP4_MOE, NULL, NULL));
+    nv_model_free(&m);
     /* phi3: fused attn_qkv and gate-up ffn_up (rewritten from a llama file), a separate classifier;
        and a SentencePiece vocabulary with control tokens under phi3 (their text parsed, white space
        after them dropped) */

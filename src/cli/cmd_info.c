@@ -130,6 +130,8 @@ static int model_info(const char *path) {
         if (c->logit_softcap != 0.0f) printf(", logits soft-capped at %g", (double)c->logit_softcap);
         printf("\n");
     }
+    if (c->gpt_oss)
+        printf("block:    gpt-oss's: attention sinks, output, router and expert biases, softmax over the chosen experts, SwiGLU-OAI\n");
     if (nv_config_granite(c)) /* Granite's multipliers */
         printf("block:    embeddings x %g, scores / %g, branches x %g into the residual, logits / %g\n",
                (double)nv_config_emb_scale(c), (double)nv_config_attn_div(c), (double)nv_config_residual_scale(c),
