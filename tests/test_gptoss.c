@@ -16,6 +16,7 @@
 #include "model/hf.h"
 #include "model/model.h"
 #include "model/tokenizer.h"
+#include "serve/prefix.h"
 #include "train/tmodel.h"
 #include "bpe_write.h"
 #include "forward_ref.h"
@@ -170,6 +171,14 @@ static void test_forward_matches_reference(void) {
         same += t < window && !differ, moved += t >= window && differ;
     }
     T_CHECK(same == window && moved == T - window, "the window: %d positions inside it kept, %d after it moved", same, moved);
+    /* the prefix cache tells the windows apart (what a position's keys and values saw) */
+    const uint64_t id = nv_prefix_model_id(&m, 16, NV_KV_F16);
+    m.config.swa_window = window + 1;
+    const uint64_t id_wider = nv_prefix_model_id(&m, 16, NV_KV_F16);
+    m.config.swa_window = window, m.config.swa_period = 3;
+    const uint64_t id_period = nv_prefix_model_id(&m, 16, NV_KV_F16);
+    m.config.swa_period = 2;
+    T_CHECK(id != id_wider && id != id_period && id == nv_prefix_model_id(&m, 16, NV_KV_F16), "the prefix cache's identity of the window");
     /* the fastest engine (bf16 or int8 products) stays near */
     const nv_engine_id fast = nv_engine_best();
     nv_model_free_plans(&m);

@@ -365,10 +365,15 @@ static void test_think_harmony(void) {
     split_everywhere(h, "<|channel|>commentary<|message|>Let me look.<|end|><|start|>assistant<|channel|>final<|message|>Done.", "",
                      "Let me look.Done.");
     split_everywhere(h, "Plain text <|end|> all of it", "", "Plain text <|end|> all of it");
+    /* a prompt that opened the analysis: the answer starts inside it */
+    split_everywhere((nv_think){.tags = NV_THINK_HARMONY, .state = NV_THINK_IN}, "Let me see.<|end|><|start|>assistant<|channel|>final<|message|>Hi",
+                     "Let me see.", "Hi");
     nv_think t = h;
     nv_think_feed(&t, "<|channel|>analysis<|message|>hm", 32, 0, NULL, NULL);
     T_CHECK(t.state == NV_THINK_IN, "inside the analysis: %d", t.state);
-    nv_think_feed(&t, "<|end|><|start|>assistant<|channel|>final<|message|>x", 54, 0, NULL, NULL);
+    nv_think_feed(&t, "<|end|><|start|>assis", 21, 0, NULL, NULL);
+    T_CHECK(t.state == NV_THINK_PAST, "between messages (no budget counts the next header): %d", t.state);
+    nv_think_feed(&t, "tant<|channel|>final<|message|>x", 32, 0, NULL, NULL);
     T_CHECK(t.state == NV_THINK_PAST, "past it: %d", t.state);
     nv_think_free(&t);
     T_CHECK(nv_think_tags_of_template("{{ '<|start|>' + role + '<|channel|>analysis<|message|>' }}", NULL) == NV_THINK_HARMONY,

@@ -332,7 +332,16 @@ int cmd_chat(int argc, char **argv) {
         t_gen += nv_now() - t0;
         answered += produced;
         turns++;
-        if (history_push(&h, "assistant", answer.data ? answer.data : "", answer.len)) goto oom;
+        if (think_tags == NV_THINK_HARMONY) { /* the next prompt holds the final channel's text alone, as harmony drops the reasoning */
+            nv_think hm = {.tags = NV_THINK_HARMONY};
+            nv_buf said = {0};
+            nv_think_feed(&hm, answer.data ? answer.data : "", answer.len, 1, NULL, &said);
+            nv_think_free(&hm);
+            const int bad = said.oom || history_push(&h, "assistant", said.data ? said.data : "", said.len);
+            nv_buf_free(&said);
+            if (bad) goto oom;
+        } else if (history_push(&h, "assistant", answer.data ? answer.data : "", answer.len))
+            goto oom;
     }
     sigaction(SIGINT, &old_sa, NULL);
     if (turns)

@@ -211,7 +211,7 @@ void nv_bpack_skip(const nv_bpack *bp, int col0, int d0, nv_bpack *view);
 /* Block-quantized weights, the form GGUF's quantized types decompose into exactly: for output j
  * and input kk, W[j][kk] = (float)q[j*k + kk] * s[j*nb + kk/qb], then + o[j*nb + kk/qb] when o is
  * not NULL (a separate add), with nb = ceil(k / qb); with lut, q holds indices 0..15 and the value
- * is lut[q] (IQ4_NL's and IQ4_XS's uneven levels). Or half-precision weights: when h is not NULL,
+ * is lut[q] (IQ4_NL's and IQ4_XS's uneven levels, MXFP4's doubled FP4 values). Or half-precision weights: when h is not NULL,
  * W[j][kk] = h[j*k + kk] as fp16, or as bf16 with h_bf16 (q, s, o, qb unused). */
 typedef struct {
     const int8_t *q;

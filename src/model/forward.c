@@ -529,7 +529,7 @@ static void branch_residual(tail_ep *e, float *y, const float *w, float eps) {
 void nv_swiglu_oai(float *g, const float *u, const float *bg, const float *bu, int n) {
     for (int i = 0; i < n; i++) {
         float x = g[i] + bg[i], y = u[i] + bu[i];
-        x = x < 7.0f ? x : 7.0f; /* (a NaN stays one) */
+        x = x > 7.0f ? 7.0f : x; /* (a NaN stays one, as std::min(x, 7) keeps it) */
         y = y > 7.0f ? 7.0f : y < -7.0f ? -7.0f : y;
         g[i] = x / (1.0f + expf(1.702f * -x)) * (y + 1.0f);
     }

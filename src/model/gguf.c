@@ -1080,7 +1080,10 @@ static nv_err config_of(const nv_gguf *g, nv_config *c, int *neox) {
                              (!memcmp(nm + nl - 12, ".attn_q.bias", 12) || !memcmp(nm + nl - 12, ".attn_k.bias", 12) ||
                               !memcmp(nm + nl - 12, ".attn_v.bias", 12));
         const int cls_bias = nl == 15 && !memcmp(nm, "cls.output.bias", 15); /* a reranker's head's (take_cls_head) */
-        const int oss_bias = gptoss && nl > 4 && !memcmp(nm, "blk.", 4); /* its output's, router's and experts' (nv_model_tensor_map) */
+        /* its output's, router's and experts' (nv_model_tensor_map's names) */
+        const int oss_bias = gptoss && nl > 16 && !memcmp(nm, "blk.", 4) &&
+                             (!memcmp(nm + nl - 17, ".attn_output.bias", 17) || (nl > 18 && !memcmp(nm + nl - 18, ".ffn_gate_inp.bias", 18)) ||
+                              !memcmp(nm + nl - 10, "_exps.bias", 10));
         if (nl > 5 && !memcmp(nm + nl - 5, ".bias", 5) && !qkv_bias && !cls_bias && !oss_bias)
             return nv_fail(NV_EUNSUPPORTED, "%s: tensor '%s' is a bias, which this model does not have", g->path,
                            nv_gguf_shown(nm, nl, shown_arch, sizeof shown_arch));
@@ -2344,7 +2347,6 @@ static void quantize_iq4_xs(const float *x, uint64_t n, uint64_t d0, const float
     }
 }
 
-/* x (n values) as F16. */
 /* x as MXFP4 blocks, as ggml's reference quantizer makes them: the exponent e = floor(log2 max|x|) + 125
  * (the scale 2^(e - 128) puts the largest value between 8 and 16 of it: 12 the most a value holds),
  * each value the nearest of mxfp4_values (the lower index on a tie). */
@@ -2367,6 +2369,7 @@ static void quantize_mxfp4(const float *x, uint64_t n, uint64_t d0, const float 
     }
 }
 
+/* x (n values) as F16. */
 static void quantize_f16(const float *x, uint64_t n, uint64_t d0, const float *imp, uint8_t *out) {
     (void)d0, (void)imp;
     for (uint64_t v = 0; v < n; v++) put_half(out + 2 * v, x[v]);

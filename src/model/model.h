@@ -64,7 +64,7 @@ typedef struct {
     int qb;
     uint16_t *h;
     int h_bf16;
-    const int8_t *lut; /* NULL, or q's values are indices into these 16 (nv_qweights.lut: IQ4_NL, IQ4_XS) */
+    const int8_t *lut; /* NULL, or q's values are indices into these 16 (nv_qweights.lut: IQ4_NL, IQ4_XS, MXFP4) */
     int sub;           /* 0, or the k-quants' integer form of s and o beside them (nv_qweights.sub ...) */
     int8_t *sub_s, *sub_o;
     float *sup_s, *sup_o;

@@ -15,7 +15,7 @@ size_t nv_partial_tag(const char *s, size_t n, const char *tag) {
 
 #define H_MESSAGE "<|message|>"
 #define H_END "<|end|>"
-#define H_FINAL "<|end|><|start|>assistant<|channel|>final<|message|>"
+#define H_FINAL "<|end|><|start|>assistant" NV_HARMONY_FINAL_HEADER
 
 const nv_think_tags *nv_think_tags_of(int tags) {
     static const nv_think_tags angle = {"<think>", "</think>", "\n</think>\n\n"}, bracket = {"[THINK]", "[/THINK]", "[/THINK]"},
@@ -55,7 +55,10 @@ static void header_word(const char *h, size_t n, const char *key, char *out, siz
 
 /* A tool call's message ended: Hermes's block of it into the content. */
 static void harmony_call(nv_think *t, nv_buf *content) {
-    if (!content) return;
+    if (!content) { /* (followed only) */
+        nv_buf_free(&t->call);
+        return;
+    }
     cJSON *args = cJSON_ParseWithLength(t->call.data ? t->call.data : "", t->call.len), *block = cJSON_CreateObject();
     if (!args) { /* not a JSON value: its text */
         nv_buf_append(&t->call, "", 1);
@@ -78,6 +81,10 @@ static size_t harmony_feed(nv_think *t, const char *h, size_t len, int final, nv
         if (t->route == H_RAW) {
             put(content, p, left);
             return len;
+        }
+        if (t->route == H_HEADER && t->state == NV_THINK_IN) { /* a prompt that opened the analysis: its text first */
+            t->route = H_REASONING;
+            continue;
         }
         if (t->route == H_HEADER) {
             const char *m = memmem(p, left, H_MESSAGE, strlen(H_MESSAGE));
@@ -105,15 +112,15 @@ static size_t harmony_feed(nv_think *t, const char *h, size_t len, int final, nv
         const size_t body = end ? (size_t)(end - p) : final ? left : left - nv_partial_tag(p, left, H_END);
         put(to, p, body);
         used += body + (end ? strlen(H_END) : 0);
-        if (end || final) {
+        if (end || final) { /* between messages: nothing is reasoning until an analysis header */
             if (t->route == H_CALL) harmony_call(t, content);
-            t->route = H_HEADER;
+            t->route = H_HEADER, t->state = NV_THINK_PAST;
         }
         if (!end) break;
     }
     if (final && t->route == H_CALL) { /* its message's text came whole before the final piece */
         harmony_call(t, content);
-        t->route = H_HEADER;
+        t->route = H_HEADER, t->state = NV_THINK_PAST;
     }
     return used;
 }

@@ -35,6 +35,8 @@ enum { NV_THINK_UNDECIDED = 0, NV_THINK_IN, NV_THINK_PAST, NV_THINK_PAST_NL /* p
  * tracker follows "<think>"). Where a flag "think" elsewhere says a block may come, its value is these. */
 enum { NV_THINK_ANGLE = 1 /* <think>...</think> */, NV_THINK_BRACKET /* [THINK]...[/THINK], control tokens in Mistral's vocabularies */,
        NV_THINK_HARMONY /* gpt-oss's harmony messages: <|channel|>analysis<|message|>...<|end|>, then the final channel's */ };
+/* Harmony's final message's header (its answer), what a response format's JSON follows. */
+#define NV_HARMONY_FINAL_HEADER "<|channel|>final<|message|>"
 typedef struct {
     const char *open, *close;
     const char *forced; /* what a spent budget forces: the close as the model would write it */

@@ -448,19 +448,16 @@ static void add_ends(nv_tokenizer *t) {
     add_eog(t, t->eos);
     add_eog(t, t->eot);
     add_eog(t, t->eom);
+    /* gpt-oss's harmony format: an answer's messages end at <|end|> and go on (its reasoning, then its
+       final message), the answer at <|return|> or a tool call's <|call|> */
+    const int harmony = harmony_markers(t);
     static const char *const ends[] = {"<|eot_id|>",  "<|im_end|>", "<|endoftext|>", "<|end_of_text|>", "<|eom_id|>",
                                        "<end_of_turn>", "<|end|>",  NULL};
     for (int i = 0; ends[i]; i++) { /* a user-defined one made control, as llama.cpp makes it (Gemma's <end_of_turn>) */
         int id = nv_tokenizer_lookup(t, ends[i]);
-        if (id >= 0 && (t->type[id] == 3 || t->type[id] == 4)) add_eog(t, id), t->type[id] = 3;
+        if (id >= 0 && (t->type[id] == 3 || t->type[id] == 4) && !(harmony && !strcmp(ends[i], "<|end|>"))) add_eog(t, id), t->type[id] = 3;
     }
-    /* gpt-oss's harmony format: an answer's messages end at <|end|> and go on (its reasoning, then its
-       final message), the answer at <|return|> or a tool call's <|call|> */
-    const int ret = nv_tokenizer_lookup(t, "<|return|>"), call = nv_tokenizer_lookup(t, "<|call|>"), end = nv_tokenizer_lookup(t, "<|end|>");
-    if (!harmony_markers(t)) return;
-    add_eog(t, ret), add_eog(t, call);
-    for (int i = 0; i < t->n_eog; i++)
-        if (t->eog[i] == end) t->eog[i--] = t->eog[--t->n_eog];
+    if (harmony) add_eog(t, nv_tokenizer_lookup(t, "<|return|>")), add_eog(t, nv_tokenizer_lookup(t, "<|call|>"));
 }
 
 static nv_err tok_build_bpe(const char *path, const nv_gguf_bpe *v, int vocab_size, nv_tokenizer *t) {

@@ -40,6 +40,8 @@ uint64_t nv_prefix_model_id(const nv_model *m, int block_size, nv_kv_dtype dtype
         for (size_t i = 0; i < sizeof gemma / sizeof gemma[0]; i++) h = mix_u64(h, (uint64_t)(uint32_t)gemma[i]);
         h = mix_f32(mix_f32(mix_f32(h, c->emb_scale), c->attn_div), c->attn_softcap);
     }
+    if (c->gpt_oss) /* gpt-oss's block: its window decides what a position's KV saw */
+        h = mix_u64(mix_u64(mix_u64(h, 0x6770746f7373), (uint64_t)(uint32_t)c->swa_window), (uint64_t)(uint32_t)c->swa_period);
     if (c->attn_temp_scale != 0.0f) /* Ministral 3's query temperature: the later layers' KV past its length depend on it */
         h = mix_u64(mix_f32(h, c->attn_temp_scale), (uint64_t)(uint32_t)c->attn_temp_len);
     if (nv_config_granite(c)) /* Granite's multipliers (its logit divisor changes no KV, but is cheap to mix) */

@@ -1678,8 +1678,7 @@ int nv_think_block_rule(nv_gbuild *b, int tags) {
     const int text = text_without(b, t->close);
     nv_gbody body = {0};
     if (tags == NV_THINK_HARMONY) { /* "<|channel|>final<|message|>", or the analysis message and then it */
-        static const char final_header[] = "<|channel|>final<|message|>";
-        nv_gbody_lit(b, &body, final_header, strlen(final_header));
+        nv_gbody_lit(b, &body, NV_HARMONY_FINAL_HEADER, strlen(NV_HARMONY_FINAL_HEADER));
         nv_gbody_alt(&body);
         nv_gbody_lit(b, &body, t->open, strlen(t->open));
         nv_gbody_ref(&body, text);
