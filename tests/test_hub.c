@@ -193,8 +193,9 @@ static void test_hub(void) {
     snprintf(tokj, sizeof tokj, "%stokenizer.json", hf);
     snprintf(tokc, sizeof tokc, "%stokenizer_config.json", hf);
     snprintf(st, sizeof st, "%smodel.safetensors", hf);
-    const char *const src[] = {f32, q8, junk, s1, s2, cfg, tokj, tokc, st};
-    enum { F32, Q8, JUNK, S1, S2, CFG, TOKJ, TOKC, ST };
+    const char *oss_cfg = t_write("oss_config.json", "{\"architectures\": [\"GptOssForCausalLM\"], \"model_type\": \"gpt_oss\"}", 65);
+    const char *const src[] = {f32, q8, junk, s1, s2, cfg, tokj, tokc, st, oss_cfg};
+    enum { F32, Q8, JUNK, S1, S2, CFG, TOKJ, TOKC, ST, OSS_CFG };
     static const struct {
         const char *repo, *name;
         int src;
@@ -211,7 +212,9 @@ static void test_hub(void) {
                   {"u/hf", "model.safetensors", ST},
                   {"u/hf", "consolidated.safetensors", JUNK},
                   {"u/hf", "onnx/model.onnx", JUNK},
-                  {"u/evil", "../../escape.gguf", Q8}};
+                  {"u/evil", "../../escape.gguf", Q8},
+                  {"u/oss", "config.json", OSS_CFG},
+                  {"u/oss", "model.safetensors", ST}};
     for (size_t i = 0; i < sizeof listed / sizeof *listed; i++) add(listed[i].repo, listed[i].name, src[listed[i].src]);
     struct MHD_Daemon *d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD, 0, NULL, NULL, handler, NULL, MHD_OPTION_END);
     T_CHECK(d != NULL, "the test's Hub did not start");
@@ -305,6 +308,10 @@ static void test_hub(void) {
     snprintf(args, sizeof args, "export -hf u/hf -o %s/from_hub.gguf && %s generate -m %s/from_hub.gguf -t 0 -n 24", t_tmpdir(), t_nerve_bin(),
              t_tmpdir());
     T_CHECK(t_nerve(args) == 0 && !strcmp(t_out, golden), "export -hf: '%s' (%s)", t_out, t_err);
+    /* a folder of a model nerve does not run: refused from its config.json, its weights never fetched */
+    const int asked = file_requests;
+    T_CHECK(t_nerve("pull u/oss") == 1 && strstr(t_err, "GGUF repository") && file_requests == asked + 1, "u/oss: %d files fetched: %s",
+            file_requests - asked, t_err);
     /* a name that would leave the cache */
     T_CHECK(t_nerve("pull u/evil") == 1 && t_nerve("pull u/evil --hf-file ../../escape.gguf") == 1, "u/evil: %s", t_err);
     snprintf(extra, sizeof extra, "%s/xdg/nerve/hub/escape.gguf", t_tmpdir());

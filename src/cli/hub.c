@@ -21,6 +21,7 @@
 #include "base/log.h"
 #include "cli/cli.h"
 #include "model/gguf.h"
+#include "model/hf.h"
 
 #define MAX_LIST_BYTES (64u << 20) /* a repository's file list (large ones list ~10,000 files in a few MB) */
 #define MAX_ERROR_BYTES 4096u
@@ -587,7 +588,16 @@ static int fetch(const char *cmd, const cli_hub_ref *ref, char *path, size_t cap
         qsort(l.f, (size_t)l.n, sizeof *l.f, by_name);
         e = choose(repo, &l, ref, *tag ? tag : NULL, &want, &load);
     }
-    /* the folder's index first: it names the weights */
+    /* a folder's config.json first: a model nerve does not run is refused before its weights come */
+    const hub_file *config = !load && e == NV_OK ? list_find(&l, "config.json") : NULL;
+    if (config && (e = download(endpoint, repo, token, dir, config)) == NV_OK) {
+        char cfg[4500];
+        snprintf(cfg, sizeof cfg, "%s/config.json", dir);
+        if (nv_hf_check_config(cfg) != NV_OK)
+            e = nv_fail(NV_EUNSUPPORTED, "%s: %s (its weights are not fetched; a GGUF repository of the model may run: -hf USER/NAME-GGUF)",
+                        repo, nv_errmsg());
+    }
+    /* the folder's index next: it names the weights */
     const hub_file *index = !load && e == NV_OK ? list_find(&l, "model.safetensors.index.json") : NULL;
     if (index && (e = download(endpoint, repo, token, dir, index)) == NV_OK) e = index_shards(repo, dir, &l, &want);
     for (int i = 0; i < want.n && e == NV_OK; i++) e = download(endpoint, repo, token, dir, &want.f[i]);

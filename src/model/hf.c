@@ -891,6 +891,16 @@ static nv_err hf_load(const char *config_path, nv_config *c, nv_model *m, int qu
 
 nv_err nv_hf_read_config(const char *config_path, nv_config *c) { return hf_load(config_path, c, NULL, 0); }
 
+nv_err nv_hf_check_config(const char *config_path) {
+    cJSON *cfg;
+    NV_TRY(json_file(config_path, 0, &cfg));
+    nv_config c;
+    int tied = 0, kept = 0;
+    const nv_err e = config_of(config_path, cfg, &c, &tied, &kept);
+    cJSON_Delete(cfg);
+    return e;
+}
+
 /* A sentence-transformers folder's pooling (1_Pooling/config.json's mode): the mean, the first
  * token or the last; none said leaves the server's default. Max and weighted pooling are refused:
  * an embedding pooled otherwise would be silently wrong. */

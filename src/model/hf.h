@@ -40,6 +40,9 @@
 /* 1 when path's last component is config.json (a Hugging Face model). */
 int nv_hf_is_model(const char *path);
 nv_err nv_hf_read_config(const char *config_path, nv_config *c);
+/* Whether config.json alone describes a model nerve runs (its architecture and shape; the weights
+ * not looked at): NV_OK, or the reason it does not. */
+nv_err nv_hf_check_config(const char *config_path);
 /* quantized (nv_model_load_quantized, for inference): F16 weight matrices are kept as fp16 plan
  * sources, their fp32 values not made (as a GGUF file's F16 tensors), half the memory on the
  * engines that run fp16 plans. */
