@@ -16,6 +16,7 @@ size_t nv_partial_tag(const char *s, size_t n, const char *tag) {
 #define H_MESSAGE "<|message|>"
 #define H_END "<|end|>"
 #define H_FINAL "<|end|><|start|>assistant" NV_HARMONY_FINAL_HEADER
+#define H_HEADER_MAX 1024 /* the most bytes a message header may take */
 
 const nv_think_tags *nv_think_tags_of(int tags) {
     static const nv_think_tags angle = {"<think>", "</think>", "\n</think>\n\n"}, bracket = {"[THINK]", "[/THINK]", "[/THINK]"},
@@ -87,10 +88,12 @@ static size_t harmony_feed(nv_think *t, const char *h, size_t len, int final, nv
             continue;
         }
         if (t->route == H_HEADER) {
-            const char *m = memmem(p, left, H_MESSAGE, strlen(H_MESSAGE));
+            /* (a header's end looked for in its first bytes alone: the same however the text comes) */
+            const size_t scan = left < H_HEADER_MAX ? left : H_HEADER_MAX;
+            const char *m = memmem(p, scan, H_MESSAGE, strlen(H_MESSAGE));
             /* a header starts with its markers; anything else (a model off the format) is content */
             const int marked = !strncmp(p, "<|start|>", left < 9 ? left : 9) || !strncmp(p, "<|channel|>", left < 11 ? left : 11);
-            if (!marked || (!m && (final || left > 1024))) {
+            if (!marked || (!m && (final || left >= H_HEADER_MAX))) {
                 t->route = H_RAW, t->state = NV_THINK_PAST;
                 continue;
             }
