@@ -1816,6 +1816,9 @@ static void test_split_files(void) {
         T_CHECK(copy_file(f[1], t_path("counted-00002-of-00003.gguf")) && copy_file(f[2], t_path("counted-00003-of-00003.gguf")) &&
                     nv_model_load(bad, &b) == NV_EFORMAT && strstr(nv_errmsg(), "says 46 tensors"),
                 "a miscounted set: %s", nv_errmsg());
+        key[6] = 'X'; /* no split.tensors.count at all */
+        t_write("counted-00001-of-00003.gguf", data, n);
+        T_CHECK(nv_model_load(bad, &b) == NV_EFORMAT && strstr(nv_errmsg(), "without split.tensors.count"), "no count: %s", nv_errmsg());
     }
     free(data);
     /* all or none: the second file cannot be made (a folder at its temporary name), so the first,

@@ -253,6 +253,10 @@ static void test_hub(void) {
     T_CHECK(t_nerve("pull u/nothing") == 1 && strstr(t_err, "404") && strstr(t_err, "not found"), "an unknown repository: %s", t_err);
     T_CHECK(t_nerve("pull nope") == 2 && t_nerve("pull u/gguf:Q8_0 --hf-file model-name-Q8_0.gguf") == 2 && t_nerve("pull ../x") == 2,
             "usage errors: %s", t_err);
+    /* a command's own usage error comes before any download */
+    const int before_usage = file_requests;
+    T_CHECK(t_nerve("export -hf u/gguf:F16") == 2 && t_nerve("generate -hf u/gguf:F16 --json --grammar x") == 2 && file_requests == before_usage,
+            "usage errors after %d requests: %s", file_requests - before_usage, t_err);
     /* offline: the last fetch of a tag, all there; another tag refused */
     setenv("HF_HUB_OFFLINE", "1", 1);
     T_CHECK(t_nerve("pull u/gguf:q8_0") == 0 && same_file(printed(got, sizeof got), q8) && strstr(t_err, "fetched before"), "offline: %s %s",

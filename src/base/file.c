@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -218,7 +219,12 @@ nv_err nv_file_write_atomic_set(const nv_file_out *files, int n_files) {
         pending_set(tmp, made + 1); /* (before the file is there: a signal from here on finds it named) */
         if ((e = write_temp(files[made].path, tmp[made], files[made].parts, files[made].n)) != NV_OK) break;
     }
-    /* every file whole and synced before the first takes its name: a failure before here changes nothing */
+    /* every file whole and synced before the first takes its name: a failure before here changes nothing;
+       the renames are not cut by a signal (one that comes meanwhile is taken after them) */
+    sigset_t stop, was;
+    sigemptyset(&stop);
+    sigaddset(&stop, SIGINT), sigaddset(&stop, SIGTERM), sigaddset(&stop, SIGHUP);
+    pthread_sigmask(SIG_BLOCK, &stop, &was);
     int renamed = 0;
     for (; e == NV_OK && renamed < n_files; renamed++)
         if (rename(tmp[renamed], files[renamed].path) != 0) {
@@ -228,6 +234,7 @@ nv_err nv_file_write_atomic_set(const nv_file_out *files, int n_files) {
         }
     for (int i = renamed; i < made && i < n_files; i++) unlink(tmp[i]);
     pending_set(tmp, 0);
+    pthread_sigmask(SIG_SETMASK, &was, NULL);
     for (int i = 0; i < renamed; i++) nv_file_sync_parent(files[i].path);
     for (int i = 0; i < n_files; i++) free(tmp[i]);
     free(tmp);

@@ -92,15 +92,17 @@ int cli_size(const char *cmd, const char *flag, const char *s, int unit, uint64_
     errno = 0;
     double v = strtod(s, &end);
     if (errno || end == s || !(v >= 0) || !isfinite(v)) goto bad;
-    double mul = 1;
+    int power = 0;
     switch (toupper((unsigned char)*end)) {
-    case 'K': mul = unit, end++; break;
-    case 'M': mul = (double)unit * unit, end++; break;
-    case 'G': mul = (double)unit * unit * unit, end++; break;
-    case 'T': mul = (double)unit * unit * unit * unit, end++; break;
+    case 'K': power = 1, end++; break;
+    case 'M': power = 2, end++; break;
+    case 'G': power = 3, end++; break;
+    case 'T': power = 4, end++; break;
     default: break;
     }
-    if (mul > 1 && (end[0] == 'i' || end[0] == 'I')) end++;
+    if (power && (end[0] == 'i' || end[0] == 'I')) end++, unit = 1024; /* KiB, GiB: binary whatever the default */
+    double mul = 1;
+    for (int i = 0; i < power; i++) mul *= unit;
     if (end[0] == 'B' || end[0] == 'b') end++;
     if (*end || v * mul > 1e18) goto bad;
     *out = (uint64_t)(v * mul);

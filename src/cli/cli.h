@@ -73,7 +73,7 @@ int cli_tune_count(const char *machine, char *path, size_t cap);
  * "nerve <cmd>: <flag> ..." and return 0. */
 int cli_int(const char *cmd, const char *flag, const char *s, long lo, long hi, int *out);
 /* A size: "512M", "2G", "64k", "1048576", "1.5G", an optional trailing B or iB; K, M, G, T powers of
- * unit (1024, or 1000 as llama-gguf-split reads them). 0 after one line on stderr. */
+ * unit (1024, or 1000 as llama-gguf-split reads them; KiB, MiB, ... 1024's whatever unit says). 0 after one line on stderr. */
 int cli_size(const char *cmd, const char *flag, const char *s, int unit, uint64_t *out);
 int cli_u64(const char *cmd, const char *flag, const char *s, uint64_t *out);
 int cli_float(const char *cmd, const char *flag, const char *s, double lo, double hi, float *out);

@@ -34,8 +34,7 @@ static void usage(FILE *f) {
             "  a conversation with a chat model: each line on stdin is your message (end a line with '\\' to\n"
             "  go on to the next), the answer streams to stdout. /reset starts over, /exit (or end of input) ends.\n"
             "  Ctrl-C stops an answer; at the prompt it ends the conversation.\n"
-            "  -hf USER/NAME[:TAG]  a model on the Hugging Face Hub, downloaded once into the cache (nerve pull --help;\n"
-            "                 --hf-file FILE, --hf-token TOKEN)\n"
+            CLI_HUB_USAGE
             "  -m MODEL            a model file, a nerve train run folder or a Hugging Face folder (as generate)\n"
             "  -z TOKENIZER        default: the model's own, as generate\n"
             "  --chat-template T   plain, chatml, llama2, llama3, deepseek, phi3, gemma, granite, mistral, phi4-mini or phi4\n"
@@ -165,16 +164,16 @@ int cmd_chat(int argc, char **argv) {
         else if (!strcmp(a, "--threads")) { if (!cli_int(CMD, a, v, 1, 1024, &threads)) return 2; }
         else return cli_error(CMD, 2, "unknown option '%s' (see nerve chat --help)", a);
     }
-    char hub_path[4400];
-    const int hub_rc = cli_hub_fetch(CMD, &hub, &model_path, hub_path, sizeof hub_path);
-    if (hub_rc) return hub_rc;
-    if (!model_path) return cli_error(CMD, 2, "-m MODEL (or -hf USER/NAME) is required (see nerve chat --help)");
+    if (!model_path && !hub.repo) return cli_error(CMD, 2, "-m MODEL (or -hf USER/NAME) is required (see nerve chat --help)");
     if (system_text && system_file) return cli_error(CMD, 2, "--system and --system-file both give the system message: one or the other");
     nv_chat_template tmpl = NV_CHAT_PLAIN;
     nv_jinja *jinja = NULL; /* the template run as Jinja (cli_chat_template) */
     char *jinja_text = NULL;
     const int trc = cli_template_flags(CMD, template_name, template_file, &tmpl);
     if (trc) return trc;
+    char hub_path[4400];
+    const int hub_rc = cli_hub_fetch(CMD, &hub, &model_path, hub_path, sizeof hub_path);
+    if (hub_rc) return hub_rc;
     if (seed == 0) seed = (uint64_t)time(NULL);
     cli_paths paths;
     cli_model_paths(&model_path, &tok_path, &paths);
@@ -291,7 +290,8 @@ int cmd_chat(int argc, char **argv) {
         }
         n_fed = pos;
         int token = ids[n_ids - 1], produced = 0;
-        if (nv_think_opened(tok, think_tags, ids, n_ids)) /* the prompt opened the answer's think block: shown as it is (Mistral's without a line) */
+        const int opened = nv_think_opened(tok, think_tags, ids, n_ids);
+        if (opened) /* the prompt opened the answer's think block: shown as it is (Mistral's without a line) */
             printf("%s%s", nv_think_tags_of(think_tags)->open, think_tags == NV_THINK_BRACKET ? "" : "\n");
         free(ids);
         size_t shown = 0; /* answer bytes printed; the rest may be the start of the stop string */
@@ -333,7 +333,7 @@ int cmd_chat(int argc, char **argv) {
         answered += produced;
         turns++;
         if (think_tags == NV_THINK_HARMONY) { /* the next prompt holds the final channel's text alone, as harmony drops the reasoning */
-            nv_think hm = {.tags = NV_THINK_HARMONY};
+            nv_think hm = {.tags = NV_THINK_HARMONY, .state = opened ? NV_THINK_IN : NV_THINK_UNDECIDED};
             nv_buf said = {0};
             nv_think_feed(&hm, answer.data ? answer.data : "", answer.len, 1, NULL, &said);
             nv_think_free(&hm);

@@ -199,10 +199,7 @@ static int export_cmd(int argc, char **argv, nv_imatrix *im) {
     if (type == UINT32_MAX)
         return cli_error(CMD, 2, "--type expects f32, f16, bf16, q8_0, q6_k, q5_k_m, q5_k_s, q5_1, q5_0, q4_k_m, q4_k_s, q4_1, q4_0, iq4_xs, iq4_nl, "
                                  "q3_k_l, q3_k_m, q3_k_s, q2_k or mxfp4_moe, not '%s'", type_name);
-    char hub_path[4400];
-    const int hub_rc = cli_hub_fetch(CMD, &hub, &in, hub_path, sizeof hub_path);
-    if (hub_rc) return hub_rc;
-    if (!in || !out) return cli_error(CMD, 2, "usage: nerve export CHECKPOINT|RUN_DIR|MODEL|-hf USER/NAME -o OUT [-z TOKENIZER]");
+    if ((!in && !hub.repo) || !out) return cli_error(CMD, 2, "usage: nerve export CHECKPOINT|RUN_DIR|MODEL|-hf USER/NAME -o OUT [-z TOKENIZER]");
     if (tf.name && tf.file) return cli_error(CMD, 2, "--chat-template and --chat-template-file: one or the other");
     struct stat os;
     out_format fmt = ends_with(out, ".gguf")                                              ? OUT_GGUF
@@ -228,6 +225,9 @@ static int export_cmd(int argc, char **argv, nv_imatrix *im) {
         if (type == NV_GGUF_Q8_0) nv_warn("export: Q8_0 takes no importance matrix (as llama.cpp's): %s is not used", imatrix_path);
         else if (nv_imatrix_load(imatrix_path, im) != NV_OK) return cli_error(CMD, 1, "--imatrix: %s", nv_errmsg());
     }
+    char hub_path[4400]; /* the model from the Hub, once the flags are known good */
+    const int hub_rc = cli_hub_fetch(CMD, &hub, &in, hub_path, sizeof hub_path);
+    if (hub_rc) return hub_rc;
     nv_pool_init(0); /* the quantizers run over every core (the same bytes on any count) */
     char path[4200], probe[4200], run_tok[4200];
     snprintf(path, sizeof path, "%s", in);

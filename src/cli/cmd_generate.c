@@ -28,8 +28,7 @@ static void usage(FILE *f) {
             "                      [--top-k K] [--min-p P] [--repetition-penalty R] [--presence-penalty X] [--frequency-penalty X] [--repeat-last-n N] [--json | --json-schema SCHEMA]\n"
             "                      [--grammar GBNF | --grammar-file FILE] [--spec-tokens N] [--spec-lookup-min N] [--spec-lookup-max N] [--engine E] [--threads N] [--no-tune]\n"
             "                      [--model-draft MODEL [--draft-engine E] [--draft-p-min P]] [--lora ADAPTER] [--lora-scaled ADAPTER SCALE]\n"
-            "  -hf USER/NAME[:TAG]  a model on the Hugging Face Hub, downloaded once into the cache (nerve pull --help;\n"
-            "                 --hf-file FILE, --hf-token TOKEN)\n"
+            CLI_HUB_USAGE
             "  -m MODEL      llama2.c checkpoint (v0 or v1), a GGUF file (llama; F32/F16/BF16/Q4-Q8/K-quants),\n"
             "                a `nerve train` run folder (its model.bin or model.gguf), or a Hugging Face folder\n"
             "                (config.json, safetensors; its tokenizer.json the default -z)\n"
@@ -250,14 +249,15 @@ int cmd_generate(int argc, char **argv) {
         else if (!strcmp(a, "--threads")) { if (!cli_int(CMD, a, v, 1, 1024, &threads)) return 2; }
         else return cli_error(CMD, 2, "unknown option '%s' (see nerve generate --help)", a);
     }
-    char hub_path[4400];
-    const int hub_rc = cli_hub_fetch(CMD, &hub, &model_path, hub_path, sizeof hub_path);
-    if (hub_rc) return hub_rc;
-    if (!model_path) return cli_error(CMD, 2, "-m MODEL (or -hf USER/NAME) is required (see nerve generate --help)");
+    if (!model_path && !hub.repo) return cli_error(CMD, 2, "-m MODEL (or -hf USER/NAME) is required (see nerve generate --help)");
     if (!!json_object + !!schema_arg + !!gbnf_text + !!gbnf_file > 1)
         return cli_error(CMD, 2, "give one of --json, --json-schema, --grammar and --grammar-file");
     if (cli_spec_check(CMD, &spec)) return 2;
     if (prompt_given && prompt_file) return cli_error(CMD, 2, "-p and -f both give the prompt: one or the other");
+    /* the model from the Hub once the flags are known good (a download is no place to learn of a typo) */
+    char hub_path[4400];
+    const int hub_rc = cli_hub_fetch(CMD, &hub, &model_path, hub_path, sizeof hub_path);
+    if (hub_rc) return hub_rc;
     char *prompt_text = NULL; /* -f: the file's text, as it is (its last line break included) */
     if (prompt_file) {
         if (!cli_read_text(CMD, "-f", prompt_file, &prompt_text, NULL)) return 1;

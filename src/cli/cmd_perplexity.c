@@ -34,8 +34,7 @@ static void usage(FILE *f) {
             "                        [--engine E] [--threads N] [--lora ADAPTER] [--lora-scaled ADAPTER SCALE]\n"
             "                        [--kl-base MODEL [--kl-base-engine E]] [--json]\n"
             "       nerve perplexity -m MODEL [-z TOKENIZER] --multiple-choice FILE [--tasks N] [--engine E] [--json]\n"
-            "  -hf USER/NAME[:TAG]  a model on the Hugging Face Hub, downloaded once into the cache (nerve pull --help;\n"
-            "                 --hf-file FILE, --hf-token TOKEN)\n"
+            CLI_HUB_USAGE
             "  -m MODEL      llama2.c checkpoint, GGUF file, `nerve train` run folder or Hugging Face folder\n"
             "  -z TOKENIZER  as generate's (the run folder's, the GGUF file's own, a Hugging Face folder's tokenizer.json,\n"
             "                else the shared tokenizer.bin)\n"
@@ -564,10 +563,7 @@ static int perplexity_main(int argc, char **argv, int imatrix_mode) {
                                      "--engine, --threads and --lora need the model");
         return imatrix_combine(cmd, in_files, n_in, imatrix_out);
     }
-    char hub_path[4400];
-    const int hub_rc = cli_hub_fetch(cmd, &hub, &model_path, hub_path, sizeof hub_path);
-    if (hub_rc) return hub_rc;
-    if (!model_path) return cli_error(cmd, 2, "-m MODEL (or -hf USER/NAME) is required (see nerve %s --help)", cmd);
+    if (!model_path && !hub.repo) return cli_error(cmd, 2, "-m MODEL (or -hf USER/NAME) is required (see nerve %s --help)", cmd);
     if (imatrix_mode && (base_path || base_engine_name || choice_path || max_tasks || template_name))
         return cli_error(cmd, 2, "--kl-base, --multiple-choice, --tasks and --chat-template are nerve perplexity's");
     if (base_engine_name && !base_path) return cli_error(cmd, 2, "--kl-base-engine needs --kl-base MODEL");
@@ -575,6 +571,9 @@ static int perplexity_main(int argc, char **argv, int imatrix_mode) {
     if (choice_path && (n_files || ctx || max_chunks || val_frac > 0 || base_path))
         return cli_error(cmd, 2, "--multiple-choice scores its own tasks: -f, --ctx, --chunks, --val-frac and --kl-base "
                                  "do not go with it");
+    char hub_path[4400];
+    const int hub_rc = cli_hub_fetch(cmd, &hub, &model_path, hub_path, sizeof hub_path);
+    if (hub_rc) return hub_rc;
     if (choice_path) return multiple_choice(model_path, tok_path, &loras, engine_name, threads, choice_path, max_tasks, json);
     char default_text[4096];
     if (!n_files) {

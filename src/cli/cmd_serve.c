@@ -5,7 +5,7 @@
  * 0; a second signal cancels at once. cli_serve_run with a job (`nerve batch`) runs the job beside
  * the server instead of waiting, passing the signals on to it, and stops the server when it ends. */
 #include <ctype.h>
-#include <errno.h>
+
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -67,8 +67,7 @@ static void usage(FILE *f) {
             "                   [--kv-cache-dtype f16|f32|q8] [--swa-cache auto|full|window] [--no-tune] [--lora ADAPTER] [--lora-scaled ADAPTER SCALE]\n"
             "                   [--lora-modules NAME=ADAPTER...] [--max-lora-rank R] [--allow-lora-updates]\n"
             "                   [--files-dir DIR [--files-max-bytes SIZE] [--batch-parallel N] [--fine-tune-nice N] [--no-fine-tune-yield]]\n"
-            "  -hf USER/NAME[:TAG]  a model on the Hugging Face Hub, downloaded once into the cache (nerve pull --help;\n"
-            "                 --hf-file FILE, --hf-token TOKEN)\n"
+            CLI_HUB_USAGE
             "  -m MODEL             llama2.c checkpoint (v0 or v1), a GGUF file (llama; F32/F16/BF16/Q4-Q8/K-quants),\n"
             "                       a `nerve train` run folder (its model.bin or model.gguf), or a Hugging Face\n"
             "                       folder (config.json, safetensors; its tokenizer.json the default -z)\n"
@@ -487,11 +486,8 @@ int cli_serve_run(int argc, char **argv, const cli_serve_job *job) {
         else if (!strcmp(a, "--fine-tune-nice")) { if (!cli_int(CMD, a, v, 0, 19, &ft_nice)) return 2; }
         else return cli_error(CMD, 2, "unknown option '%s' (see nerve %s --help)", a, CMD);
     }
-    char hub_path[4400];
-    const int hub_rc = cli_hub_fetch(CMD, &hub, &model_path, hub_path, sizeof hub_path);
-    if (hub_rc) return hub_rc;
     if (hub.repo && !alias) alias = hub.repo; /* the model's id in the API: the repository's, as vLLM names it */
-    if (!model_path) return cli_error(CMD, 2, "-m MODEL (or -hf USER/NAME) is required (see nerve %s --help)", CMD);
+    if (!model_path && !hub.repo) return cli_error(CMD, 2, "-m MODEL (or -hf USER/NAME) is required (see nerve %s --help)", CMD);
     if (job) { /* this process's own requests: this machine only, any free port, the job's key alone */
         host = "127.0.0.1", port = 0, webui = 0, cors = 0;
         given_keys[0] = job->api_key, n_given_keys = 1, key_file = NULL;
@@ -504,6 +500,10 @@ int cli_serve_run(int argc, char **argv, const cli_serve_job *job) {
     char *jinja_text = NULL;
     const int trc = cli_template_flags(CMD, template_name, template_file, &tmpl);
     if (trc) return trc;
+    /* the model from the Hub (before the signals are blocked: Ctrl-C stops a download) */
+    char hub_path[4400];
+    const int hub_rc = cli_hub_fetch(CMD, &hub, &model_path, hub_path, sizeof hub_path);
+    if (hub_rc) return hub_rc;
     int step_delay_ms = 0;
     const char *delay = getenv("NERVE_TEST_STEP_DELAY_MS");
     if (delay && *delay) step_delay_ms = atoi(delay);

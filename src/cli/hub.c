@@ -8,7 +8,6 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <cjson/cJSON.h>
@@ -19,6 +18,7 @@
 #include "base/file.h"
 #include "base/hash.h"
 #include "base/log.h"
+#include "base/timer.h"
 #include "cli/cli.h"
 #include "model/gguf.h"
 #include "model/hf.h"
@@ -102,12 +102,6 @@ typedef struct {
     double t0, shown;
 } xfer;
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static size_t on_data(char *p, size_t size, size_t n, void *ud) {
     xfer *x = ud;
     const size_t len = size * n;
@@ -131,7 +125,7 @@ static size_t on_data(char *p, size_t size, size_t n, void *ud) {
 static int on_progress(void *ud, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal, curl_off_t ulnow) {
     (void)dltotal, (void)dlnow, (void)ultotal, (void)ulnow;
     xfer *x = ud;
-    const double t = now_s();
+    const double t = nv_now();
     if (x->tty && t - x->shown >= 0.5) {
         x->shown = t;
         const double done = (double)(x->have + x->got) / 1e6, rate = (double)x->got / 1e6 / (t - x->t0 > 1e-3 ? t - x->t0 : 1e-3);
@@ -146,7 +140,7 @@ static nv_err http_get(const char *url, const char *token, xfer *x, long *code) 
     CURL *h = curl_easy_init();
     if (!h) return nv_fail(NV_ENOMEM, "out of memory for an HTTP request");
     x->h = h;
-    x->t0 = x->shown = now_s();
+    x->t0 = x->shown = nv_now();
     struct curl_slist *hdr = NULL;
     if (token && *token) {
         nv_buf auth = {0};
@@ -261,12 +255,7 @@ static const hub_file *list_find(const hub_list *l, const char *name) {
 
 static int by_name(const void *a, const void *b) { return strcmp(((const hub_file *)a)->name, ((const hub_file *)b)->name); }
 
-static int is_gguf_model(const char *name) {
-    char lower[1024];
-    snprintf(lower, sizeof lower, "%s", base_name(name));
-    for (char *p = lower; *p; p++) *p = (char)tolower((unsigned char)*p);
-    return ends_with_ci(name, ".gguf") && !strstr(lower, "mmproj");
-}
+static int is_gguf_model(const char *name) { return ends_with_ci(name, ".gguf") && !strcasestr(base_name(name), "mmproj"); }
 
 /* The GGUF file ref asks for: --hf-file's, the tag's (a file not split, else a first split; the
  * shortest name first), Q4_K_M's without a tag, else the first. */
@@ -373,7 +362,7 @@ static nv_err download(const char *endpoint, const char *repo, const char *token
     nv_buf err = {0};
     xfer x = {.out = out, .body = &err, .have = have, .total = f->size, .tty = isatty(STDERR_FILENO), .what = base_name(f->name)};
     long code = 206; /* a part already whole (a stop between its last byte and its rename) asks for nothing */
-    const double t0 = now_s();
+    const double t0 = nv_now();
     nv_err e = NV_OK;
     if (!(f->size >= 0 && have == f->size)) {
         nv_info("hub: %s %s/%s (%.1f MB)%s", have ? "resuming" : "downloading", repo, f->name, (double)(f->size > 0 ? f->size : 0) / 1e6,
@@ -398,7 +387,7 @@ static nv_err download(const char *endpoint, const char *repo, const char *token
     fclose(out);
     if (e == NV_OK) {
         nv_file_sync_parent(dest);
-        const double t = now_s() - t0;
+        const double t = nv_now() - t0;
         nv_info("hub: %s/%s: %.1f MB in %.1f s", repo, f->name, (double)got / 1e6, t);
     }
     return e;
@@ -525,7 +514,7 @@ static int fetch(const char *cmd, const cli_hub_ref *ref, char *path, size_t cap
 
 int cli_hub_fetch(const char *cmd, const cli_hub_ref *ref, const char **model_path, char *path, size_t cap) {
     if (!ref->repo) return ref->file || ref->token ? cli_error(cmd, 2, "--hf-file and --hf-token go with -hf USER/NAME") : 0;
-    if (*model_path) return cli_error(cmd, 2, "a model (-m) and -hf: one or the other");
+    if (*model_path) return cli_error(cmd, 2, "a model's path and -hf: one or the other");
     const int rc = fetch(cmd, ref, path, cap);
     if (!rc) *model_path = path;
     return rc;

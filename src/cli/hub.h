@@ -24,6 +24,11 @@
 
 #include <stddef.h>
 
+/* The flags' lines of a command's --help. */
+#define CLI_HUB_USAGE                                                                                              \
+    "  -hf USER/NAME[:TAG]  a model on the Hugging Face Hub, downloaded once into the cache (nerve pull --help;\n" \
+    "                 --hf-file FILE, --hf-token TOKEN)\n"
+
 typedef struct {
     const char *repo;  /* -hf USER/NAME[:TAG] */
     const char *file;  /* -hff: a file of the repository, or NULL */

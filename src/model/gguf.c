@@ -332,6 +332,8 @@ static nv_err open_splits(nv_gguf *g) {
     else if (!named)
         e = nv_fail(NV_EFORMAT, "%s: the first of %lld split files, but not named PREFIX-00001-of-%05d.gguf, so the others cannot be found",
                     g->path, (long long)n, (int)n);
+    else if (!nv_gguf_find(g, "split.tensors.count"))
+        e = nv_fail(NV_EFORMAT, "%s: the first of %lld split files without split.tensors.count", g->path, (long long)n);
     else if ((e = get_int(g, "split.tensors.count", -1, &total)) == NV_OK && !(g->shards = calloc((size_t)n - 1, sizeof *g->shards)))
         e = nv_fail(NV_ENOMEM, "out of memory");
     for (int64_t i = 1; i < n && e == NV_OK; i++) {
@@ -1082,8 +1084,9 @@ static nv_err config_of(const nv_gguf *g, nv_config *c, int *neox) {
         const int cls_bias = nl == 15 && !memcmp(nm, "cls.output.bias", 15); /* a reranker's head's (take_cls_head) */
         /* its output's, router's and experts' (nv_model_tensor_map's names) */
         const int oss_bias = gptoss && nl > 16 && !memcmp(nm, "blk.", 4) &&
-                             (!memcmp(nm + nl - 17, ".attn_output.bias", 17) || (nl > 18 && !memcmp(nm + nl - 18, ".ffn_gate_inp.bias", 18)) ||
-                              !memcmp(nm + nl - 10, "_exps.bias", 10));
+                             (!memcmp(nm + nl - 17, ".attn_output.bias", 17) || (nl > 19 && !memcmp(nm + nl - 19, ".ffn_gate_exps.bias", 19)) ||
+                              (nl > 18 && (!memcmp(nm + nl - 18, ".ffn_gate_inp.bias", 18) || !memcmp(nm + nl - 17, ".ffn_up_exps.bias", 17) ||
+                                           !memcmp(nm + nl - 19, ".ffn_down_exps.bias", 19))));
         if (nl > 5 && !memcmp(nm + nl - 5, ".bias", 5) && !qkv_bias && !cls_bias && !oss_bias)
             return nv_fail(NV_EUNSUPPORTED, "%s: tensor '%s' is a bias, which this model does not have", g->path,
                            nv_gguf_shown(nm, nl, shown_arch, sizeof shown_arch));
@@ -2799,16 +2802,16 @@ nv_err nv_gguf_save_split(const nv_model *m, const nv_tokenizer *tok, const char
     size_t *first = calloc(nt + 2, sizeof *first); /* split k's tensors: [first[k], first[k + 1]) */
     int n_files = 0;
     if (!first) oom = 1;
-    for (size_t i = 0, count = 0, sum = 0; !oom && i <= nt; i++) {
-        const uint64_t padded = i < nt ? (bytes[i] + 31) / 32 * 32 : 0;
-        if (i == 0 || i == nt ||
-            (split && count && ((split->max_tensors && count >= split->max_tensors) || (split->max_bytes && sum + padded > split->max_bytes)))) {
-            first[n_files++] = i;
-            count = sum = 0;
+    else {
+        n_files = 1; /* (first[0] is 0) */
+        for (size_t i = 0, count = 0, sum = 0; i < nt; i++) {
+            const uint64_t padded = (bytes[i] + 31) / 32 * 32;
+            if (split && count && ((split->max_tensors && count >= split->max_tensors) || (split->max_bytes && sum + padded > split->max_bytes)))
+                first[n_files++] = i, count = sum = 0;
+            count++, sum += padded;
         }
-        count++, sum += padded;
+        first[n_files] = nt; /* the last file's end */
     }
-    n_files = oom ? 0 : nt ? n_files - 1 : 1; /* (the entry at nt closes the last) */
     if (e == NV_OK && n_files > 65535) e = nv_fail(NV_EINVAL, "%s: %d split files: llama.cpp reads at most 65535", path, n_files);
     if (split) split->n_files = n_files;
     /* header (the first file's holding the metadata), the file's tensors' directory, then each tensor
@@ -2821,7 +2824,7 @@ nv_err nv_gguf_save_split(const nv_model *m, const nv_tokenizer *tok, const char
     if (e == NV_OK && (b.oom || oom || !head || !parts || !files || !names)) e = nv_fail(NV_ENOMEM, "out of memory");
     int np = 0;
     for (int k = 0; k < n_files && e == NV_OK; k++) {
-        const size_t lo = first[k], hi = nt ? first[k + 1] : 0;
+        const size_t lo = first[k], hi = first[k + 1];
         nv_buf *h = k ? &head[k] : &b;
         if (k) {
             nv_buf_append(h, "GGUF", 4);

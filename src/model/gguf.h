@@ -156,7 +156,7 @@ typedef struct {
 } nv_gguf_split;
 nv_err nv_gguf_save_split(const nv_model *m, const nv_tokenizer *tok, const char *name, const char *path, uint32_t type,
                           const char *chat_template, const struct nv_imatrix *imatrix, nv_gguf_split *split);
-/* The name of split no (from 0) of n that nv_gguf_save writes for path (path without ".gguf", or
+/* The name of split no (from 0) of n that nv_gguf_save_split writes for path (path without ".gguf", or
  * without its own split suffix when it names a split file, then "-0000K-of-0000N.gguf"), into out. */
 nv_err nv_gguf_split_name(const char *path, int no, int n, char *out, size_t cap);
 /* Which split file path names (PREFIX-0000K-of-0000N.gguf: K, from 1, and *count N), or 0. */
