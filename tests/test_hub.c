@@ -236,6 +236,7 @@ static void test_hub(void) {
     snprintf(args, sizeof args, "generate -hf u/gguf -z %s -t 0 -n 24", z);
     T_CHECK(t_nerve(args) == 0 && !strcmp(t_out, golden), "generate -hf: '%s' against '%s' (%s)", t_out, golden, t_err);
     T_CHECK(t_nerve("pull u/gguf:q8_0") == 0 && same_file(printed(got, sizeof got), q8) && strstr(got, "/model-name-Q8_0.gguf"), "tag q8_0: %s %s", t_out, t_err);
+    T_CHECK(t_nerve("info -hf u/gguf:q8_0") == 0 && strstr(t_out, "file type Q8_0"), "info -hf: %s %s", t_out, t_err);
     /* a split model: both files, loaded from the first */
     T_CHECK(t_nerve("pull u/gguf:F16") == 0 && same_file(printed(got, sizeof got), s1) && strstr(got, "F16/m-F16-00001-of-00002.gguf"), "F16: %s %s",
             t_out, t_err);
@@ -312,6 +313,14 @@ static void test_hub(void) {
     snprintf(args, sizeof args, "export -hf u/hf -o %s/from_hub.gguf && %s generate -m %s/from_hub.gguf -t 0 -n 24", t_tmpdir(), t_nerve_bin(),
              t_tmpdir());
     T_CHECK(t_nerve(args) == 0 && !strcmp(t_out, golden), "export -hf: '%s' (%s)", t_out, t_err);
+    /* train -hf: fine-tunes the folder from the Hub (its tokenizer the run's) */
+    const char *text = t_data("corpus/tinystories_sample.txt");
+    if (text) {
+        snprintf(args, sizeof args, "train -hf u/hf --data %s --steps 2 --batch 1 --seq 16 --eval-every 0 --out %s/hub_run", text, t_tmpdir());
+        T_CHECK(t_nerve(args) == 0, "train -hf: %s", t_err);
+        snprintf(args, sizeof args, "train -hf u/hf --vocab 300 --data %s --steps 2", text);
+        T_CHECK(t_nerve(args) == 2 && strstr(t_err, "--vocab"), "train -hf --vocab: %s", t_err);
+    }
     /* a folder of a model nerve does not run: refused from its config.json, its weights never fetched */
     const int asked = file_requests;
     T_CHECK(t_nerve("pull u/oss") == 1 && strstr(t_err, "GGUF repository") && file_requests == asked + 1, "u/oss: %d files fetched: %s",

@@ -7,6 +7,7 @@
 
 #include "base/cpu.h"
 #include "cli/cli.h"
+#include "cli/hub.h"
 #include "engine/engine.h"
 #include "model/batch.h"
 #include "model/gguf.h"
@@ -145,11 +146,12 @@ static int model_info(const char *path) {
 
 int cmd_info(int argc, char **argv) {
     const char *model = NULL;
+    cli_hub_ref hub = {0};
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            printf("usage: nerve info [-m MODEL]\n  prints the CPU, its instruction-set features and the engines found;\n"
+            printf("usage: nerve info [-m MODEL | -hf USER/NAME[:TAG]]\n  prints the CPU, its instruction-set features and the engines found;\n"
                    "  with -m, what MODEL is instead: its shape, parameters, size and, for GGUF, its tensor types\n"
-                   "  (count, values, megabytes and bits per value of each)\n");
+                   "  (count, values, megabytes and bits per value of each)\n" CLI_HUB_USAGE);
             return 0;
         }
         if (!strcmp(argv[i], "-m") || !strcmp(argv[i], "--model")) {
@@ -158,8 +160,14 @@ int cmd_info(int argc, char **argv) {
             model = v;
             continue;
         }
+        const int hf = cli_hub_flag(CMD, argc, argv, &i, &hub);
+        if (hf < 0) return 2;
+        if (hf) continue;
         return cli_error(CMD, 2, "unknown option '%s'", argv[i]);
     }
+    char hub_path[4400];
+    const int hub_rc = cli_hub_fetch(CMD, &hub, &model, hub_path, sizeof hub_path);
+    if (hub_rc) return hub_rc;
     if (model) { /* a run folder or a Hugging Face folder: the model file in it */
         cli_paths paths;
         const char *tok = NULL;

@@ -15,7 +15,7 @@ int cmd_pull(int argc, char **argv) {
             printf("usage: nerve pull USER/NAME[:TAG] [--hf-file FILE] [--hf-token TOKEN]\n"
                    "  downloads a model from the Hugging Face Hub into $XDG_CACHE_HOME/nerve/hub (else\n"
                    "  ~/.cache/nerve/hub) and prints where it is; `-hf USER/NAME[:TAG]` on generate, chat, serve,\n"
-                   "  perplexity and export does the same before loading it. A GGUF repository gives the file\n"
+                   "  perplexity, export, info and train (--init-from's model) does the same before loading it. A GGUF repository gives the file\n"
                    "  whose name holds TAG (Q4_K_M when none is given, else any GGUF file; the shortest such name;\n"
                    "  every file of a split model), or --hf-file's; one without GGUF files its transformers folder (config,\n"
                    "  tokenizer, safetensors weights). Downloads resume where they stopped and are checked against\n"

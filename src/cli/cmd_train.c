@@ -10,6 +10,7 @@
 #include "base/log.h"
 #include "base/timer.h"
 #include "cli/cli.h"
+#include "cli/hub.h"
 #include "engine/engine.h"
 #include "model/hf.h"
 #include "model/model.h"
@@ -25,7 +26,7 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: nerve train [--preset NAME | --dim D --layers L --heads H [--kv-heads K] [--hidden N] [--head-dim N]\n"
             "                   [--qk-norm | --qkv-bias] [--separate-classifier] [--context N]] [--experts N [--experts-used K]]\n"
-            "                   [--router-aux-coef C] [--router-z-coef C] [--init-from MODEL]\n"
+            "                   [--router-aux-coef C] [--router-z-coef C] [--init-from MODEL | -hf USER/NAME[:TAG]]\n"
             "                   [--teacher MODEL [--distill-alpha A] [--distill-temp T] [--teacher-engine E]]\n"
             "                   --data PATH... [-z TOKENIZER | --vocab N] [--steps N | --epochs F | --time-budget S] [--batch B] [--seq S|auto] [--accum A] [--lr LR]\n"
             "                   [--warmup N] [--lr-schedule cosine|linear|constant|wsd [--decay-frac F]] [--min-lr-frac F]\n"
@@ -126,6 +127,8 @@ static void usage(FILE *f) {
             "          fastest that probes well); loss and val stay the cross-entropy, metrics' distill_kl the KL\n"
             "  --init-from: a llama2.c model, a GGUF file (llama, qwen2, qwen3), a run folder or a Hugging Face\n"
             "          folder (config.json, safetensors) to fine-tune; its own tokenizer is the default -z\n"
+            "  -hf USER/NAME[:TAG]: --init-from's model from the Hugging Face Hub, downloaded once into the cache\n"
+            "          (nerve pull --help; --hf-file FILE, --hf-token TOKEN)\n"
             "  --lora-rank: with --init-from, train low-rank adapters (LoRA) on the frozen model instead of every\n"
             "          weight: a few percent of the parameters, gradients and optimizer state; --lora-alpha scales\n"
             "          the update by alpha/rank (default 2 x rank); --lora-targets: q,k,v,o,gate,down,up, attn, ffn or\n"
@@ -255,6 +258,7 @@ static int train(int argc, char **argv) {
     nv_train_opts o;
     nv_train_defaults(&o);
     const char *preset = NULL, *tok_path = NULL, *init_from = NULL, *engine_name = NULL, *template_name = NULL;
+    cli_hub_ref hub = {0}; /* -hf: --init-from's model from the Hub */
     const char *teacher_path = NULL, *teacher_engine = NULL, *distill_given = NULL, *template_file = NULL;
     const char *data[MAX_DATA], *val_data[MAX_DATA];
     nv_jinja *jinja = NULL; /* the chat template run as Jinja (cli_chat_template), and its text */
@@ -305,6 +309,9 @@ static int train(int argc, char **argv) {
             }
             continue;
         }
+        const int hf = cli_hub_flag(CMD, argc, argv, &i, &hub);
+        if (hf < 0) return 2;
+        if (hf) continue;
         if (!(v = cli_value(CMD, argc, argv, &i))) return 2;
         int ok = 1;
         if (!strcmp(a, "--preset")) preset = v;
@@ -403,8 +410,8 @@ static int train(int argc, char **argv) {
         return cli_error(CMD, 2, "%s goes with --lora-rank (or --lora-init)",
                          lora_targets ? "--lora-targets" : lora_alpha > 0 ? "--lora-alpha" : o.lora_no_merge ? "--no-merge" : "--lora-dropout");
     if (o.save_limit && !o.save_every) return cli_error(CMD, 2, "--save-limit goes with --save-every");
-    if (lora_on && !init_from)
-        return cli_error(CMD, 2, "%s adapts a trained model: give it with --init-from", lora_init_path ? "--lora-init" : "--lora-rank");
+    if (lora_on && !init_from && !hub.repo)
+        return cli_error(CMD, 2, "%s adapts a trained model: give it with --init-from (or -hf)", lora_init_path ? "--lora-init" : "--lora-rank");
     if (o.lora.rank) {
         o.lora.alpha = lora_alpha > 0 ? lora_alpha : 2.0f * (float)o.lora.rank;
         o.lora.targets = NV_LORA_ALL;
@@ -431,11 +438,11 @@ static int train(int argc, char **argv) {
                                  "the run's merged model afterwards with nerve perplexity --multiple-choice");
     if (o.eval_choice_tasks && !choice_path) return cli_error(CMD, 2, "--eval-choice-tasks goes with --eval-choice FILE");
     if (choice_path && o.eval_every <= 0) return cli_error(CMD, 2, "--eval-choice scores at every evaluation: --eval-every must be positive");
-    if (vocab && (tok_path || init_from))
+    if (vocab && (tok_path || init_from || hub.repo))
         return cli_error(CMD, 2, "--vocab sizes the tokenizer a run trains on its text when it is given no -z and no --init-from");
     /* text and no tokenizer: the run trains its own on the --data files, then the --val-data ones (own_tokenizer) */
     const char *text_paths[2 * MAX_DATA];
-    int own = !tok_path && !init_from && n_data > 0;
+    int own = !tok_path && !init_from && !hub.repo && n_data > 0;
     for (int i = 0; i < n_data + n_val && own; i++) {
         const char *p = text_paths[i] = i < n_data ? data[i] : val_data[i - n_data];
         own = nv_file_is_dir(p) || nv_data_named_text(p) || nv_data_jsonl_is_text(p);
@@ -443,6 +450,9 @@ static int train(int argc, char **argv) {
     if (vocab && !own)
         return cli_error(CMD, 2, "--vocab sizes the tokenizer a run trains on its text: the data here is not only text (text "
                                  "files, folders, .jsonl files of {\"text\"} lines)");
+    char hub_path[4400]; /* the model to start from, from the Hub, once the flags are known good */
+    const int hub_rc = cli_hub_fetch(CMD, &hub, &init_from, hub_path, sizeof hub_path);
+    if (hub_rc) return hub_rc;
     cli_paths init_paths; /* a folder (a run's, or Hugging Face's) names its model file and tokenizer */
     init_source init_src;
     if (init_from) {
