@@ -274,6 +274,28 @@ static void test_hub(void) {
     T_CHECK(t_nerve("pull u/gguf:Q8_0") == 1 && access(dest, F_OK) != 0 && access(part, F_OK) == 0, "a dropped download: %s", t_err);
     T_CHECK(t_nerve("pull u/gguf:Q8_0") == 0 && last_range > 0 && same_file(dest, q8) && access(part, F_OK) != 0,
             "resumed from %lld: %s", last_range, t_err);
+    /* a file the repository changed (the same size, another SHA-256) is fetched again */
+    char *changed = NULL;
+    size_t changed_n = 0;
+    T_CHECK(nv_file_read_all(q8, &changed, &changed_n) == NV_OK, "%s", nv_errmsg());
+    hub_entry *e = NULL;
+    for (int i = 0; i < n_entries; i++)
+        if (!strcmp(entries[i].name, "model-name-Q8_0.gguf")) e = &entries[i];
+    if (changed && e) {
+        changed[changed_n / 2] ^= 1;
+        snprintf(e->path, sizeof e->path, "%s", t_write("changed.gguf", changed, changed_n));
+        sha256_hex(changed, changed_n, e->sha256);
+        const int asked_before = file_requests;
+        T_CHECK(t_nerve("pull u/gguf:Q8_0") == 0 && file_requests == asked_before + 1 && same_file(dest, e->path), "a changed file: %d requests, %s",
+                file_requests - asked_before, t_err);
+        T_CHECK(t_nerve("pull u/gguf:Q8_0") == 0 && file_requests == asked_before + 1, "the changed file fetched twice");
+        snprintf(e->path, sizeof e->path, "%s", q8); /* back as it was */
+        char *orig = NULL;
+        size_t on = 0;
+        if (nv_file_read_all(q8, &orig, &on) == NV_OK) sha256_hex(orig, on, e->sha256);
+        free(orig);
+    }
+    free(changed);
     /* a server that ignores the Range request: the whole file again, from its start */
     unlink(dest);
     cut_next = 1;

@@ -316,12 +316,30 @@ static nv_err parent_dirs(const char *path) {
     return nv_mkdirs(dir);
 }
 
+/* Where the SHA-256 a file was fetched with is kept: ".NAME.sha256" beside it. */
+static void sum_path(const char *dest, char *out, size_t cap) {
+    const char *base = base_name(dest);
+    snprintf(out, cap, "%.*s.%s.sha256", (int)(base - dest), dest, base);
+}
+
+/* Whether dest holds f as the list gives it now: its size, and (an LFS file) the SHA-256 it was
+ * fetched with, so a file the repository changed is fetched again. */
+static int cached(const char *dest, const hub_file *f) {
+    if (f->size < 0 || file_size(dest) != f->size) return 0;
+    if (!f->sha256[0]) return 1;
+    char sp[TMP_PATH + 16], *kept = NULL;
+    sum_path(dest, sp, sizeof sp);
+    const int same = nv_file_read_all(sp, &kept, NULL) == NV_OK && !strcmp(kept, f->sha256);
+    free(kept);
+    return same;
+}
+
 /* f of repo into dir/f->name: through .part (resumed), checked, renamed. */
 static nv_err download(const char *endpoint, const char *repo, const char *token, const char *dir, const hub_file *f) {
     char dest[TMP_PATH], part[TMP_PATH + 8], url[3 * TMP_PATH];
     snprintf(dest, sizeof dest, "%s/%s", dir, f->name);
     snprintf(part, sizeof part, "%s.part", dest);
-    if (f->size >= 0 && file_size(dest) == f->size) return NV_OK; /* fetched before */
+    if (cached(dest, f)) return NV_OK; /* fetched before */
     NV_TRY(parent_dirs(dest));
     /* the name's components escaped, its slashes kept */
     nv_buf u = {0};
@@ -346,7 +364,7 @@ static nv_err download(const char *endpoint, const char *repo, const char *token
         fclose(out);
         return nv_fail(NV_EIO, "%s/%s: another process is downloading it into %s", repo, f->name, part);
     }
-    if (f->size >= 0 && file_size(dest) == f->size) { /* that process finished it meanwhile */
+    if (cached(dest, f)) { /* that process finished it meanwhile */
         fclose(out);
         return NV_OK;
     }
@@ -384,6 +402,10 @@ static nv_err download(const char *endpoint, const char *repo, const char *token
         }
     }
     if (e == NV_OK && rename(part, dest) != 0) e = nv_fail(NV_EIO, "%s: %s", dest, strerror(errno));
+    char sp[TMP_PATH + 16];
+    sum_path(dest, sp, sizeof sp);
+    if (e == NV_OK && f->sha256[0]) e = nv_file_write_atomic(sp, &(nv_iov){f->sha256, 64}, 1);
+    else if (e == NV_OK) unlink(sp);
     fclose(out);
     if (e == NV_OK) {
         nv_file_sync_parent(dest);

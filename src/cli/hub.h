@@ -14,7 +14,9 @@
  * - Each file goes to $XDG_CACHE_HOME/nerve/hub/USER/NAME/FILE (else ~/.cache/nerve/hub/...),
  *   through FILE.part, resumed with a Range request where one is left, checked against the size and
  *   (LFS files) the SHA-256 the list gives, then renamed: a failed or stopped download never leaves
- *   a file that looks whole. A file already there with the listed size is not fetched again.
+ *   a file that looks whole. A file already there with the listed size (and, an LFS file, the SHA-256
+ *   it was fetched with, kept beside it as .NAME.sha256) is not fetched again; one the repository
+ *   changed is.
  * - Offline ($HF_HUB_OFFLINE=1, or the list unreachable): the files the last fetch of that
  *   repository and tag chose, if they are all there, with a warning; else an error.
  * - $HF_TOKEN (or --hf-token) is sent as a bearer token to the endpoint (curl keeps it from the hosts
