@@ -322,6 +322,8 @@ static inline int gw_phi3_from(const char *src, const char *dst, const nv_config
  * llama2.c's <unk> <s> </s> (unknown, control), "▁", "a", "b", "▁a" (the one merge), "c", then
  * the control tokens <|user|> (8), <|end|> (9), <|assistant|> (10) and <|endoftext|> (11, EOS);
  * space_prefix 0 or 1 written as tokenizer.ggml.add_space_prefix, -1 not. */
+/* Tests may set this: gw_spm_vocab's file says tokenizer.ggml.add_bos_token false. */
+static int gw_spm_no_bos;
 static inline int gw_spm_vocab(const char *path, const char *arch, int space_prefix) {
     static const char *pieces[] = {"<unk>", "<s>", "</s>", "\xe2\x96\x81", "a", "b", "\xe2\x96\x81" "a", "c",
                                    "<|user|>", "<|end|>", "<|assistant|>", "<|endoftext|>"};
@@ -331,7 +333,8 @@ static inline int gw_spm_vocab(const char *path, const char *arch, int space_pre
     nv_buf_append(&w, "GGUF", 4);
     gw_u32(&w, 3);
     gw_u64(&w, 0); /* tensors */
-    gw_u64(&w, space_prefix >= 0 ? 7 : 6); /* metadata */
+    gw_u64(&w, (space_prefix >= 0 ? 7 : 6) + (gw_spm_no_bos ? 1 : 0)); /* metadata */
+    if (gw_spm_no_bos) gw_str(&w, "tokenizer.ggml.add_bos_token"), gw_u32(&w, 7), nv_buf_append(&w, &(uint8_t){0}, 1);
     if (space_prefix >= 0) {
         gw_str(&w, "tokenizer.ggml.add_space_prefix"), gw_u32(&w, 7);
         nv_buf_append(&w, &(uint8_t){(uint8_t)space_prefix}, 1);

@@ -1839,6 +1839,24 @@ static void test_split_files(void) {
     nv_model_free(&m);
 }
 
+/* A SentencePiece vocabulary that adds no BOS still gives BOS alone for a text of no tokens when it
+ * is asked for, as a byte-level one does (a model needs something to condition on; fuzz_tokenizer's
+ * property), and no BOS before a text that has tokens. */
+static void test_spm_empty_text_bos(void) {
+    const char *vocab = t_path("spm_no_bos.gguf");
+    nv_tokenizer *tok = NULL;
+    gw_spm_no_bos = 1;
+    T_CHECK(gw_spm_vocab(vocab, "llama", -1) && nv_tokenizer_load(vocab, 12, &tok) == NV_OK, "%s", nv_errmsg());
+    gw_spm_no_bos = 0;
+    if (!tok) return;
+    int *ids = NULL, n = 0;
+    T_CHECK(nv_tokenizer_encode(tok, "", 1, 0, &ids, &n) == NV_OK && n == 1 && ids[0] == nv_tokenizer_bos(tok), "empty text: %d ids", n);
+    free(ids);
+    T_CHECK(nv_tokenizer_encode(tok, "a", 1, 0, &ids, &n) == NV_OK && n >= 1 && ids[0] != nv_tokenizer_bos(tok), "a text: BOS added (%d ids)", n);
+    free(ids);
+    nv_tokenizer_free(tok);
+}
+
 int main(void) {
     T_RUN(test_stories260k_gguf_equals_bin);
     T_RUN(test_tiny_random_v3_f16);
@@ -1864,5 +1882,6 @@ int main(void) {
     T_RUN(test_phi4_mini);
     T_RUN(test_phi3_serve);
     T_RUN(test_split_files);
+    T_RUN(test_spm_empty_text_bos);
     return t_done();
 }

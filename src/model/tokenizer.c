@@ -1257,6 +1257,7 @@ static nv_err encode_text(const nv_tokenizer *t, const char *text, int bos, int 
         return nv_fail(NV_ENOMEM, "out of memory encoding %zu bytes", tl);
     }
     n = m;
+    if (n == 0 && bos && t->bos >= 0) tok[n++] = t->bos; /* a model needs something to condition on (as byte-level ones) */
     if (eos) tok[n++] = t->eos;
     *tokens = tok;
     *n_tokens = n;
